@@ -1,0 +1,1 @@
+"""bsb.engine — see shared/DESIGN.md for this layer's role."""

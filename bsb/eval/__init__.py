@@ -1,0 +1,1 @@
+"""bsb.eval — see shared/DESIGN.md for this layer's role."""

@@ -1,0 +1,1 @@
+"""bsb.tasks — see shared/DESIGN.md for this layer's role."""

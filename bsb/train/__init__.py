@@ -1,0 +1,1 @@
+"""bsb.train — see shared/DESIGN.md for this layer's role."""

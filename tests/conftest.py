@@ -1,0 +1,21 @@
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "bsb", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "bsb"))
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    yield
