@@ -1,9 +1,13 @@
 import os
 import random
 
+import torch
+
+# Triton reads this when its kernels are decorated: interpret them on the CPU unless a GPU is present.
+os.environ.setdefault("TRITON_INTERPRET", "0" if torch.cuda.is_available() else "1")
+
 import numpy as np
 import pytest
-import torch
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(

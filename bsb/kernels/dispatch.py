@@ -36,8 +36,8 @@ _PROVIDERS: dict[str, dict[str, str]] = {
         "topk_logprobs": "bsb.kernels.triton_topk",
         "probe_js": "bsb.kernels.triton_topk",
         "lens_logprobs": "bsb.kernels.triton_lens",
-        "surprisal_entropy": "bsb.kernels.triton_token",
-        "logit_margin": "bsb.kernels.triton_token",
+        "surprisal_entropy": "bsb.kernels.triton_surprisal",
+        "logit_margin": "bsb.kernels.triton_margin",
     },
 }
 

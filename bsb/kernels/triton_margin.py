@@ -1,0 +1,56 @@
+"""Triton top-1 − top-2 logit margin (Δz_t, seed 001 §5.6): one pass per row.
+
+Each BLOCK tile contributes its largest value and the largest value left after removing one occurrence of it
+(so a tie for first place gives a margin of 0); the running pair merges as
+``(max(a1, c1), max(min(a1, c1), a2, c2))``. Same contract as :func:`bsb.kernels.reference.logit_margin`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from bsb.kernels.checks import check_float, raise_for_row_stats
+
+
+@triton.jit
+def _margin_kernel(x_ptr, out_ptr, max_ptr, nan_ptr, V, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    base = x_ptr + row.to(tl.int64) * stride_row
+    offs = tl.arange(0, BLOCK)
+    a1 = tl.full((), float("-inf"), tl.float32)
+    a2 = tl.full((), float("-inf"), tl.float32)
+    n_nan = tl.zeros((), tl.int32)
+    for start in range(0, V, BLOCK):
+        cols = start + offs
+        x = tl.load(base + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        is_nan = x != x
+        n_nan += tl.sum(is_nan.to(tl.int32), axis=0)
+        x = tl.where(is_nan, float("-inf"), x)
+        c1 = tl.max(x, axis=0)
+        first = tl.argmax(x, axis=0)
+        c2 = tl.max(tl.where(offs == first, float("-inf"), x), axis=0)
+        a2 = tl.maximum(tl.minimum(a1, c1), tl.maximum(a2, c2))
+        a1 = tl.maximum(a1, c1)
+    tl.store(out_ptr + row, a1 - a2)
+    tl.store(max_ptr + row, a1)
+    tl.store(nan_ptr + row, (n_nan > 0).to(tl.int8))
+
+
+def logit_margin(logits: torch.Tensor) -> torch.Tensor:
+    check_float("logits", logits, scan=False)
+    v = logits.shape[-1]
+    if v < 2:
+        raise ValueError(f"logits needs a vocabulary of at least 2 for a margin, got V={v}")
+    x = logits.reshape(-1, v)
+    x = (x if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else x.float()).contiguous()
+    rows = x.shape[0]
+    out, rmax = (torch.empty(rows, dtype=torch.float32, device=x.device) for _ in range(2))
+    rnan = torch.empty(rows, dtype=torch.int8, device=x.device)
+    block = min(1024 if os.environ.get("TRITON_INTERPRET") == "1" else 4096, triton.next_power_of_2(v))
+    _margin_kernel[(rows,)](x, out, rmax, rnan, v, x.stride(0), BLOCK=block)
+    raise_for_row_stats("logits", rmax, rnan.bool())
+    return out.reshape(logits.shape[:-1])
