@@ -52,10 +52,13 @@ def _demo(args: argparse.Namespace) -> int:
         tbl.add_column(col, justify="right")
     top_lp, top_id = K.topk_logprobs(logits, 1)
     best = {name: int(torch.nan_to_num(s, nan=-1).argmax()) for name, s in (("js", scores), ("shape", shape))}
+
+    def mark(s, name, j):
+        return f"{float(s[j]):.4f}" + (" *" if best[name] == j else "")
+
     for j, t in enumerate(boundaries):
-        mark = lambda s, name: f"{float(s[j]):.4f}" + (" *" if best.get(name) == j else "")  # noqa: E731
-        tbl.add_row(str(t), f"{int(top_id[j, 0])} ({float(top_lp[j, 0].exp()):.3f})", mark(scores, "js"),
-                    mark(shape, "shape"), f"{float(height[j]):.4f}", f"{float(depth[j]):.0f}")
+        tbl.add_row(str(t), f"{int(top_id[j, 0])} ({float(top_lp[j, 0].exp()):.3f})", mark(scores, "js", j),
+                    mark(shape, "shape", j), f"{float(height[j]):.4f}", f"{float(depth[j]):.0f}")
     console.print(tbl)
     console.print(f"* = fork position of Probe-JS / Lens-Shift(shape). Ops served by: "
                   f"probe_js={K.implementation('probe_js')}, lens_logprobs={K.implementation('lens_logprobs')}. "
