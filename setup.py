@@ -4,6 +4,7 @@ The extension takes raw pointers and shapes and never links against libtorch, so
 does not depend on the installed torch version. OpenMP is used when the compiler accepts -fopenmp.
 """
 
+import glob
 import os
 import tempfile
 
@@ -35,6 +36,6 @@ class BuildExt(build_ext):
 
 
 setup(
-    ext_modules=[Pybind11Extension("bsb._C", ["csrc/probe.cpp"], cxx_std=17)],
+    ext_modules=[Pybind11Extension("bsb._C", ["csrc/probe.cpp"], depends=sorted(glob.glob("csrc/*.h")), cxx_std=17)],
     cmdclass={"build_ext": BuildExt},
 )

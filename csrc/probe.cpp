@@ -3,6 +3,8 @@
 // Tensors cross the boundary as raw addresses plus shapes (the caller, bsb/kernels/cpp.py, guarantees
 // contiguous memory of the stated dtype and sizes), so this module never links against libtorch.
 //
+// The SIMD row loops live in row_simd.h, instantiated for AVX2 and AVX-512 (chosen at load time).
+//
 // topk_logprobs: one pass over each logit row. The row is walked in L1-sized blocks; per block the block max
 // (and NaN / +inf flags) is taken first, then every element pays one exp for the online logsumexp and one
 // vector compare against the running top-k threshold. Candidates above the threshold enter a bounded heap
@@ -15,7 +17,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -64,149 +68,188 @@ struct Entry {
   int64_t i;
 };
 
-// "a ranks before b": larger value first, ties to the lower id. With this as the heap's "less", the heap
-// root is the worst kept entry (the running threshold).
-inline bool better(const Entry& a, const Entry& b) { return a.v > b.v || (a.v == b.v && a.i < b.i); }
+// "a ranks before b": larger value first, ties to the lower id (the reference's stable-sort order). A functor,
+// so that nth_element / partial_sort inline it.
+struct Better {
+  bool operator()(const Entry& a, const Entry& b) const { return a.v > b.v || (a.v == b.v && a.i < b.i); }
+};
+constexpr Better better{};
 
+// The k best (value, id) pairs of a row seen so far. Elements above the running threshold are appended to a
+// candidate buffer of k + extra entries; when it fills, nth_element keeps the best k and the threshold
+// becomes the k-th value. Amortised O(1) per candidate, also for adversarial (sorted) rows. Ids arrive in
+// increasing order, so a later element equal to the threshold ranks after the k kept ones and is rejected.
 struct TopK {
-  std::vector<Entry> h;
+  std::vector<Entry> cand;
   int k;
-  explicit TopK(int k_) : k(k_) { h.reserve(k_); }
-  bool full() const { return int(h.size()) == k; }
-  float threshold() const { return h.front().v; }
-  // Indices arrive in increasing order, so an entry equal to the root has a higher id and ranks after it.
+  size_t cap;
+  float thr = kNegInf;
+  bool accept_all = true;  // until k entries are known, even -inf (masked) tokens are kept
+
+  explicit TopK(int k_) : k(k_), cap(size_t(k_) + std::max(64, 4 * k_)) { cand.reserve(cap); }
+  bool full() const { return !accept_all; }
+  float threshold() const { return thr; }
   inline void push(float v, int64_t i) {
-    if (!full()) {
-      h.push_back({v, i});
-      std::push_heap(h.begin(), h.end(), better);
-    } else if (v > h.front().v) {
-      std::pop_heap(h.begin(), h.end(), better);
-      h.back() = {v, i};
-      std::push_heap(h.begin(), h.end(), better);
-    }
+    if (!accept_all && !(v > thr)) return;
+    cand.push_back({v, i});
+    // The first flush comes at k entries, so that a threshold is in force from the k-th element on.
+    if (cand.size() == cap || (accept_all && cand.size() == size_t(k))) flush();
+  }
+  void flush() {
+    std::nth_element(cand.begin(), cand.begin() + (k - 1), cand.end(), better);
+    cand.resize(size_t(k));
+    thr = cand[size_t(k - 1)].v;  // every kept entry ranks at or before this one
+    accept_all = false;
+  }
+  // The k best, best first.
+  void finish() {
+    std::partial_sort(cand.begin(), cand.begin() + k, cand.end(), better);
+    cand.resize(size_t(k));
   }
 };
 
 struct RowStats {
   float m = kNegInf;  // running max
-  double s = 0.0;     // sum of exp(x - m)
+  double s = 0.0;     // Σ exp(x - m)
+  double sx = 0.0;    // Σ exp(x - m)·x over unmasked tokens (entropy = lse − sx / s)
   bool nan = false;
+
+  void raise_max(float bm) {
+    if (bm > m) {
+      const double scale = m == kNegInf ? 0.0 : std::exp(double(m) - double(bm));
+      s *= scale;
+      sx *= scale;
+      m = bm;
+    }
+  }
+  bool live() const { return m != kNegInf && m != std::numeric_limits<float>::infinity(); }
+  // One element after the block max was folded in (vector tails and the scalar path).
+  inline void tail(float x, int64_t i, TopK* top, bool want_sx) {
+    if (live() && x != kNegInf) {
+      const double e = std::exp(double(x) - double(m));
+      s += e;
+      if (want_sx) sx += e * double(x);
+    }
+    if (top) top->push(x, i);
+  }
+  double lse() const { return double(m) + std::log(s); }
 };
 
-// Scalar block step (the portable path and the reference for the vector path).
-inline void block_scalar(const float* x, int len, int64_t base, RowStats& st, TopK& top) {
+// The portable path (and the specification of the SIMD block in row_simd.h).
+void block_scalar(const float* x, int len, int64_t base, RowStats& st, TopK* top, bool want_sx) {
   float bm = kNegInf;
   for (int j = 0; j < len; ++j) {
     if (x[j] != x[j]) st.nan = true;
     else bm = std::max(bm, x[j]);
   }
-  if (bm > st.m) {
-    st.s = st.m == kNegInf ? 0.0 : st.s * std::exp(double(st.m) - double(bm));
-    st.m = bm;
-  }
-  const bool live = st.m != kNegInf && st.m != std::numeric_limits<float>::infinity();
-  for (int j = 0; j < len; ++j) {
-    if (live) st.s += std::exp(x[j] - st.m);
-    top.push(x[j], base + j);
-  }
+  st.raise_max(bm);
+  for (int j = 0; j < len; ++j) st.tail(x[j], base + j, top, want_sx);
 }
 
-#ifdef BSB_X86
-// Cephes-style exp on 8 lanes (relative error ~1e-7); inputs below -88.37 (and -inf) give exactly 0.
-__attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-88.3762626647949f), hi = _mm256_set1_ps(88.3762626647949f);
-  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
-  __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  const __m256 z = _mm256_mul_ps(x, x);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_add_ps(_mm256_fmadd_ps(y, z, x), _mm256_set1_ps(1.0f));
-  __m256i n = _mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127));
-  y = _mm256_mul_ps(y, _mm256_castsi256_ps(_mm256_slli_epi32(n, 23)));
-  return _mm256_andnot_ps(under, y);
+void top2_scalar(const float* x, int64_t n, float& first, float& second, bool& nan) {
+  float f = kNegInf, s = kNegInf;
+  for (int64_t j = 0; j < n; ++j) {
+    const float v = x[j];
+    if (v != v) { nan = true; continue; }
+    if (v > f) { s = f; f = v; }
+    else if (v > s) s = v;
+  }
+  first = f;
+  second = s;
 }
-
-__attribute__((target("avx2,fma"))) inline float hmax256(__m256 v) {
-  __m128 a = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  a = _mm_max_ps(a, _mm_movehl_ps(a, a));
-  a = _mm_max_ss(a, _mm_shuffle_ps(a, a, 1));
-  return _mm_cvtss_f32(a);
-}
-
-__attribute__((target("avx2,fma"))) inline float hsum256(__m256 v) {
-  __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-  a = _mm_add_ss(a, _mm_shuffle_ps(a, a, 1));
-  return _mm_cvtss_f32(a);
-}
-
-__attribute__((target("avx2,fma"))) void block_avx2(const float* x, int len, int64_t base, RowStats& st, TopK& top) {
-  const int vlen = len & ~7;
-  __m256 vmax = _mm256_set1_ps(kNegInf), vnan = _mm256_setzero_ps();
-  for (int j = 0; j < vlen; j += 8) {
-    const __m256 v = _mm256_loadu_ps(x + j);
-    vmax = _mm256_max_ps(v, vmax);  // a NaN lane keeps the old max; it is flagged below
-    vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  }
-  float bm = hmax256(vmax);
-  if (_mm256_movemask_ps(vnan)) st.nan = true;
-  for (int j = vlen; j < len; ++j) {
-    if (x[j] != x[j]) st.nan = true;
-    else bm = std::max(bm, x[j]);
-  }
-  if (bm > st.m) {
-    st.s = st.m == kNegInf ? 0.0 : st.s * std::exp(double(st.m) - double(bm));
-    st.m = bm;
-  }
-  const bool live = st.m != kNegInf && st.m != std::numeric_limits<float>::infinity();
-  const __m256 vm = _mm256_set1_ps(st.m);
-  __m256 vs = _mm256_setzero_ps();
-  int j = 0;
-  for (; j < vlen; j += 8) {
-    const __m256 v = _mm256_loadu_ps(x + j);
-    if (live) vs = _mm256_add_ps(vs, exp256(_mm256_sub_ps(v, vm)));
-    if (!top.full()) {
-      for (int u = 0; u < 8; ++u) top.push(x[j + u], base + j + u);
-      continue;
-    }
-    int mask = _mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_set1_ps(top.threshold()), _CMP_GT_OQ));
-    while (mask) {
-      const int u = __builtin_ctz(mask);
-      mask &= mask - 1;
-      top.push(x[j + u], base + j + u);  // re-checks against the (possibly raised) threshold
-    }
-  }
-  if (live) st.s += hsum256(vs);
-  for (; j < len; ++j) {
-    if (live) st.s += std::exp(x[j] - st.m);
-    top.push(x[j], base + j);
-  }
-}
-
-__attribute__((target("avx2,f16c"))) void widen_avx2(const uint16_t* src, int len, int dtype, float* dst) {
-  int j = 0;
-  for (; j + 8 <= len; j += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j));
-    __m256 f = dtype == BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
-    _mm256_storeu_ps(dst + j, f);
-  }
-  for (; j < len; ++j) dst[j] = dtype == BF16 ? bf16_to_f32(src[j]) : f16_to_f32(src[j]);
-}
-
-const bool kHasAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-const bool kHasAvx2 = false;
-#endif
 
 void widen_scalar(const uint16_t* src, int len, int dtype, float* dst) {
   for (int j = 0; j < len; ++j) dst[j] = dtype == BF16 ? bf16_to_f32(src[j]) : f16_to_f32(src[j]);
+}
+
+}  // namespace
+
+#ifdef BSB_X86
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace isa_avx2 {
+#include "simd_avx2.h"
+#include "row_simd.h"
+}  // namespace isa_avx2
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx2,fma,f16c")
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive inside avx512fintrin.h
+namespace isa_avx512 {
+#include "simd_avx512.h"
+#include "row_simd.h"
+}  // namespace isa_avx512
+#pragma GCC pop_options
+#endif
+
+namespace {
+
+using BlockFn = void (*)(const float*, int, int64_t, RowStats&, TopK*, bool);
+using Top2Fn = void (*)(const float*, int64_t, float&, float&, bool&);
+using WidenFn = void (*)(const uint16_t*, int, int, float*);
+
+// The instruction set is chosen once, when the module loads: the best the CPU has, capped by BSB_CPU_ISA
+// (scalar | avx2 | avx512). set_isa() changes it for tests that cover every path on one machine.
+struct Isa {
+  const char* name = "scalar";
+  BlockFn block = block_scalar;
+  Top2Fn top2 = top2_scalar;
+  WidenFn widen = widen_scalar;
+};
+
+bool cpu_has(const std::string& name) {
+  if (name == "scalar") return true;
+#ifdef BSB_X86
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  if (name == "avx2") return avx2;
+  if (name == "avx512") return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+#endif
+  return false;
+}
+
+Isa make_isa(const std::string& name) {
+  Isa isa;
+#ifdef BSB_X86
+  if (name == "avx2" || name == "avx512") isa = {"avx2", isa_avx2::block, isa_avx2::top2, isa_avx2::widen};
+  if (name == "avx512") isa = {"avx512", isa_avx512::block, isa_avx512::top2, isa_avx2::widen};
+#endif
+  return isa;
+}
+
+Isa best_isa() {
+  const char* order[] = {"avx512", "avx2", "scalar"};
+  const char* cap = std::getenv("BSB_CPU_ISA");
+  int start = 0;
+  while (cap && start < 2 && std::string(cap) != order[start]) ++start;  // an unknown cap means no cap
+  if (cap && std::string(cap) != order[start]) start = 0;
+  for (int j = start; j < 3; ++j)
+    if (cpu_has(order[j])) return make_isa(order[j]);
+  return Isa{};
+}
+Isa kIsa = best_isa();
+
+bool set_isa(const std::string& name) {
+  if (!cpu_has(name)) return false;
+  kIsa = make_isa(name);
+  return true;
+}
+
+// Walks one row in L1-sized blocks (widening bf16 / fp16 into a buffer first).
+void walk_row(const void* row, int dtype, int64_t V, RowStats& st, TopK* top, bool want_sx) {
+  alignas(64) float buf[kBlock];
+  for (int64_t b = 0; b < V; b += kBlock) {
+    const int len = int(std::min<int64_t>(kBlock, V - b));
+    const float* x = static_cast<const float*>(row) + b;
+    if (dtype != F32) {
+      kIsa.widen(static_cast<const uint16_t*>(row) + b, len, dtype, buf);
+      x = buf;
+    }
+    kIsa.block(x, len, b, st, top, want_sx);
+  }
+}
+
+inline const void* row_ptr(const void* base, int dtype, int64_t r, int64_t V) {
+  return static_cast<const char*>(base) + size_t(r) * size_t(V) * (dtype == F32 ? 4 : 2);
 }
 
 // One row: top-k log-probs (sorted, ties to the lower id), the row max and a NaN flag.
@@ -214,31 +257,12 @@ void topk_row(const void* row, int dtype, int64_t V, int k, float* out_lp, int64
               uint8_t* out_nan) {
   RowStats st;
   TopK top(k);
-  alignas(32) float buf[kBlock];
-  for (int64_t b = 0; b < V; b += kBlock) {
-    const int len = int(std::min<int64_t>(kBlock, V - b));
-    const float* x;
-    if (dtype == F32) {
-      x = static_cast<const float*>(row) + b;
-    } else {
-      const uint16_t* src = static_cast<const uint16_t*>(row) + b;
-#ifdef BSB_X86
-      if (kHasAvx2) widen_avx2(src, len, dtype, buf);
-      else
-#endif
-        widen_scalar(src, len, dtype, buf);
-      x = buf;
-    }
-#ifdef BSB_X86
-    if (kHasAvx2) { block_avx2(x, len, b, st, top); continue; }
-#endif
-    block_scalar(x, len, b, st, top);
-  }
-  std::sort_heap(top.h.begin(), top.h.end(), better);  // best first
-  const float lse = float(double(st.m) + std::log(st.s));
+  walk_row(row, dtype, V, st, &top, false);
+  top.finish();
+  const float lse = float(st.lse());
   for (int j = 0; j < k; ++j) {
-    out_lp[j] = top.h[j].v - lse;  // -inf stays -inf (a masked token)
-    out_idx[j] = top.h[j].i;
+    out_lp[j] = top.cand[j].v - lse;  // -inf stays -inf (a masked token)
+    out_idx[j] = top.cand[j].i;
   }
   *out_max = st.m;
   *out_nan = st.nan;
@@ -246,12 +270,21 @@ void topk_row(const void* row, int dtype, int64_t V, int k, float* out_lp, int64
 
 void topk_rows(const void* base, int dtype, int64_t rows, int64_t V, int k, float* lp, int64_t* idx, float* rmax,
                uint8_t* rnan) {
-  const size_t esize = dtype == F32 ? 4 : 2;
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t r = 0; r < rows; ++r) {
-    topk_row(static_cast<const char*>(base) + size_t(r) * size_t(V) * esize, dtype, V, k, lp + r * k, idx + r * k,
-             rmax + r, rnan + r);
-  }
+  for (int64_t r = 0; r < rows; ++r) topk_row(row_ptr(base, dtype, r, V), dtype, V, k, lp + r * k, idx + r * k, rmax + r, rnan + r);
+}
+
+// Row status codes (bsb/kernels/checks.py): the first that applies over all rows, in the reference's order.
+enum Status : int { OK = 0, HAS_NAN = 1, HAS_POSINF = 2, ALL_MASKED = 3, CHAINS_NOT_CONTIGUOUS = 4 };
+
+int row_status(const std::vector<float>& rmax, const std::vector<uint8_t>& rnan) {
+  for (size_t r = 0; r < rmax.size(); ++r)
+    if (rnan[r] || rmax[r] != rmax[r]) return HAS_NAN;
+  for (float m : rmax)
+    if (m == std::numeric_limits<float>::infinity()) return HAS_POSINF;
+  for (float m : rmax)
+    if (m == kNegInf) return ALL_MASKED;
+  return OK;
 }
 
 // Eq. 2 then Eq. 1 for one pair of top-k rows; -inf entries are outside the support.
@@ -302,11 +335,12 @@ double floored_js_pair(const float* la, const int64_t* ia, int ka, const float* 
 template <typename T>
 T* ptr(uintptr_t a) { return reinterpret_cast<T*>(a); }
 
-void py_topk(uintptr_t logits, int dtype, int64_t rows, int64_t V, int k, uintptr_t lp, uintptr_t idx,
-             uintptr_t rmax, uintptr_t rnan) {
+int py_topk(uintptr_t logits, int dtype, int64_t rows, int64_t V, int k, uintptr_t lp, uintptr_t idx) {
   py::gil_scoped_release nogil;
-  topk_rows(ptr<const void>(logits), dtype, rows, V, k, ptr<float>(lp), ptr<int64_t>(idx), ptr<float>(rmax),
-            ptr<uint8_t>(rnan));
+  std::vector<float> rmax(static_cast<size_t>(rows));
+  std::vector<uint8_t> rnan(static_cast<size_t>(rows));
+  topk_rows(ptr<const void>(logits), dtype, rows, V, k, ptr<float>(lp), ptr<int64_t>(idx), rmax.data(), rnan.data());
+  return row_status(rmax, rnan);
 }
 
 void py_floored_js(uintptr_t la, uintptr_t ia, int ka, uintptr_t lb, uintptr_t ib, int kb, int64_t rows,
@@ -320,17 +354,25 @@ void py_floored_js(uintptr_t la, uintptr_t ia, int ka, uintptr_t lb, uintptr_t i
 }
 
 // Probe-JS over N boundary reads of L positions each: top-k of every (row, position), then the floored JS
-// between row i and i+1 wherever pair[i] (same chain), averaged over L; NaN elsewhere.
-void py_probe_js(uintptr_t logits, int dtype, int64_t N, int64_t L, int64_t V, int k, uintptr_t pair, uintptr_t out,
-                 uintptr_t rmax, uintptr_t rnan) {
+// between row i and i+1 wherever both belong to the same chain, averaged over L; NaN elsewhere.
+int py_probe_js(uintptr_t logits, int dtype, int64_t N, int64_t L, int64_t V, int k, uintptr_t chains, uintptr_t out) {
   py::gil_scoped_release nogil;
-  std::vector<float> lp(size_t(N * L * k));
-  std::vector<int64_t> idx(size_t(N * L * k));
-  topk_rows(ptr<const void>(logits), dtype, N * L, V, k, lp.data(), idx.data(), ptr<float>(rmax), ptr<uint8_t>(rnan));
-  const uint8_t* same = ptr<const uint8_t>(pair);
+  const int64_t* chain = ptr<const int64_t>(chains);
+  std::vector<int64_t> runs;  // each chain must be one contiguous run
+  for (int64_t i = 0; i < N; ++i)
+    if (i == 0 || chain[i] != chain[i - 1]) runs.push_back(chain[i]);
+  std::sort(runs.begin(), runs.end());
+  if (std::adjacent_find(runs.begin(), runs.end()) != runs.end()) return CHAINS_NOT_CONTIGUOUS;
+  const size_t rows = size_t(N * L);
+  std::vector<float> lp(rows * size_t(k)), rmax(rows);
+  std::vector<int64_t> idx(rows * size_t(k));
+  std::vector<uint8_t> rnan(rows);
+  topk_rows(ptr<const void>(logits), dtype, N * L, V, k, lp.data(), idx.data(), rmax.data(), rnan.data());
+  if (const int status = row_status(rmax, rnan)) return status;
   float* o = ptr<float>(out);
+#pragma omp parallel for schedule(static) if (N * L > 64)
   for (int64_t i = 0; i < N; ++i) {
-    if (i + 1 == N || !same[i]) { o[i] = std::numeric_limits<float>::quiet_NaN(); continue; }
+    if (i + 1 == N || chain[i] != chain[i + 1]) { o[i] = std::numeric_limits<float>::quiet_NaN(); continue; }
     double acc = 0;
     for (int64_t l = 0; l < L; ++l) {
       const size_t a = size_t((i * L + l) * k), b = size_t(((i + 1) * L + l) * k);
@@ -338,16 +380,82 @@ void py_probe_js(uintptr_t logits, int dtype, int64_t N, int64_t L, int64_t V, i
     }
     o[i] = float(acc / double(L));
   }
+  return OK;
+}
+
+// Per row: surprisal −log π(token) and the entropy of the full softmax, one pass; row max and NaN flag.
+int py_surprisal_entropy(uintptr_t logits, int dtype, int64_t rows, int64_t V, uintptr_t tokens, uintptr_t sur,
+                         uintptr_t ent) {
+  py::gil_scoped_release nogil;
+  const void* base = ptr<const void>(logits);
+  const int64_t* tok = ptr<const int64_t>(tokens);
+  float *so = ptr<float>(sur), *eo = ptr<float>(ent);
+  std::vector<float> rmax(static_cast<size_t>(rows));
+  std::vector<uint8_t> rnan(static_cast<size_t>(rows));
+  float* mo = rmax.data();
+  uint8_t* no = rnan.data();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    const void* row = row_ptr(base, dtype, r, V);
+    RowStats st;
+    walk_row(row, dtype, V, st, nullptr, true);
+    float xt;
+    if (dtype == F32) xt = static_cast<const float*>(row)[tok[r]];
+    else widen_scalar(static_cast<const uint16_t*>(row) + tok[r], 1, dtype, &xt);
+    const double lse = st.lse();
+    so[r] = float(lse - double(xt));
+    eo[r] = float(std::max(0.0, lse - st.sx / st.s));
+    mo[r] = st.m;
+    no[r] = st.nan;
+  }
+  return row_status(rmax, rnan);
+}
+
+// Per row: top-1 minus top-2 logit, one read pass; the row max and NaN flag for the input checks.
+int py_logit_margin(uintptr_t logits, int dtype, int64_t rows, int64_t V, uintptr_t out) {
+  py::gil_scoped_release nogil;
+  const void* base = ptr<const void>(logits);
+  float* o = ptr<float>(out);
+  std::vector<float> rmax(static_cast<size_t>(rows));
+  std::vector<uint8_t> rnan(static_cast<size_t>(rows));
+  float* mo = rmax.data();
+  uint8_t* no = rnan.data();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    const void* row = row_ptr(base, dtype, r, V);
+    float first = kNegInf, second = kNegInf;
+    bool nan = false;
+    if (dtype == F32) {
+      kIsa.top2(static_cast<const float*>(row), V, first, second, nan);
+    } else {
+      alignas(64) float buf[kBlock];
+      for (int64_t b = 0; b < V; b += kBlock) {
+        const int len = int(std::min<int64_t>(kBlock, V - b));
+        kIsa.widen(static_cast<const uint16_t*>(row) + b, len, dtype, buf);
+        float f, s;
+        kIsa.top2(buf, len, f, s, nan);
+        second = std::max(std::max(second, s), std::min(first, f));
+        first = std::max(first, f);
+      }
+    }
+    o[r] = first - second;
+    mo[r] = first;
+    no[r] = nan;
+  }
+  return row_status(rmax, rnan);
 }
 
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "bsb CPU kernels (raw pointers; use bsb.kernels, not this module)";
-  m.def("topk_logprobs", &py_topk, "rows of logits -> top-k logprobs, ids, row max, NaN flag");
+  m.def("topk_logprobs", &py_topk, "rows of logits -> top-k logprobs and ids; returns a status code");
   m.def("floored_js", &py_floored_js, "floored JS (Eq. 1-2) between paired top-k rows");
   m.def("probe_js", &py_probe_js, "Probe-JS scores of consecutive boundary reads");
-  m.attr("has_avx2") = kHasAvx2;
+  m.def("surprisal_entropy", &py_surprisal_entropy, "per-row surprisal of a token and softmax entropy");
+  m.def("logit_margin", &py_logit_margin, "per-row top-1 minus top-2 logit");
+  m.def("isa", [] { return std::string(kIsa.name); }, "the instruction set the row loops use");
+  m.def("set_isa", &set_isa, "switch to scalar / avx2 / avx512 if the CPU has it (tests); returns success");
   m.attr("max_k") = 64;
 #ifdef _OPENMP
   m.attr("openmp") = true;

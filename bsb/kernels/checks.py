@@ -17,6 +17,7 @@ __all__ = [
     "check_tokens",
     "check_lens_inputs",
     "raise_for_row_stats",
+    "status_error",
 ]
 
 
@@ -53,14 +54,29 @@ def check_logits(name: str, logits: object, min_ndim: int = 1, max_ndim: int | N
     return x
 
 
+# Row status codes shared with the fused kernels (csrc/probe.cpp returns the first that applies).
+ROW_OK, ROW_NAN, ROW_POSINF, ROW_ALL_MASKED, CHAINS_NOT_CONTIGUOUS = 0, 1, 2, 3, 4
+
+
+def status_error(name: str, code: int) -> ValueError:
+    """The ValueError for a status code, with the same words as the reference's checks."""
+    messages = {
+        ROW_NAN: _nan_message(name),
+        ROW_POSINF: f"{name} contains +inf; logits must be finite or -inf (masked)",
+        ROW_ALL_MASKED: f"{name} has a row where every entry is -inf; at least one token must be unmasked",
+        CHAINS_NOT_CONTIGUOUS: _CHAIN_ORDER_MESSAGE,
+    }
+    return ValueError(messages[code])
+
+
 def raise_for_row_stats(name: str, row_max: torch.Tensor, row_has_nan: torch.Tensor) -> None:
     """The logits errors, from each row's max (NaN ignored) and NaN flag as a fused kernel computes them."""
     if row_has_nan.any() or torch.isnan(row_max).any():
-        raise ValueError(_nan_message(name))
+        raise status_error(name, ROW_NAN)
     if torch.isposinf(row_max).any():
-        raise ValueError(f"{name} contains +inf; logits must be finite or -inf (masked)")
+        raise status_error(name, ROW_POSINF)
     if torch.isneginf(row_max).any():
-        raise ValueError(f"{name} has a row where every entry is -inf; at least one token must be unmasked")
+        raise status_error(name, ROW_ALL_MASKED)
 
 
 def check_k(k: object, vocab: int, name: str = "k") -> int:
@@ -99,18 +115,22 @@ def check_topk_pair(logp_a: object, idx_a: object, logp_b: object, idx_b: object
         )
 
 
-def check_chain_index(chain_index: object, n: int) -> torch.Tensor:
-    """(N,) integer chain ids; the rows of one chain must be contiguous (one run per chain id)."""
+_CHAIN_ORDER_MESSAGE = "chain_index: the rows of each chain must be contiguous and in chain order (a chain id reappears)"
+
+
+def check_chain_index(chain_index: object, n: int, scan: bool = True) -> torch.Tensor:
+    """(N,) integer chain ids as int64 on the CPU; with ``scan``, also that each chain is one contiguous run."""
     if not isinstance(chain_index, torch.Tensor) or chain_index.is_floating_point() or chain_index.dtype == torch.bool:
         raise ValueError("chain_index must be an integer tensor with one chain id per row")
     if chain_index.shape != (n,):
         raise ValueError(f"chain_index must have shape ({n},) (one id per logits row), got {tuple(chain_index.shape)}")
     ci = chain_index.to("cpu", torch.int64)
-    starts = torch.ones(n, dtype=torch.bool)
-    starts[1:] = ci[1:] != ci[:-1]
-    run_ids = ci[starts]
-    if run_ids.unique().numel() != run_ids.numel():
-        raise ValueError("chain_index: the rows of each chain must be contiguous and in chain order (a chain id reappears)")
+    if scan:
+        starts = torch.ones(n, dtype=torch.bool)
+        starts[1:] = ci[1:] != ci[:-1]
+        run_ids = ci[starts]
+        if run_ids.unique().numel() != run_ids.numel():
+            raise ValueError(_CHAIN_ORDER_MESSAGE)
     return ci
 
 

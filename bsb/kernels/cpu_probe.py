@@ -1,7 +1,8 @@
-"""Probe-JS ops on the CPU through the C++ extension ``bsb._C`` (csrc/probe.cpp).
+"""Row ops on the CPU through the C++ extension ``bsb._C`` (csrc/): Probe-JS, top-k, surprisal/entropy, margin.
 
 One pass over each logit row computes the online logsumexp and the top-k together (no (N, V) log-softmax, no
-sort); NaN / +inf / fully masked rows are detected in that same pass and raise the reference's errors.
+sort); NaN / +inf / fully masked rows are detected in that same pass and raise the reference's errors. The
+row loops use AVX-512 or AVX2 when the CPU has them (``bsb._C.isa()``).
 ``k`` above the extension's limit (64) is served by the reference. Importing this module raises ImportError
 when the extension is not built; :mod:`bsb.kernels.dispatch` then falls back to the reference.
 """
@@ -12,7 +13,14 @@ import torch
 
 from bsb import _C
 from bsb.kernels import reference as ref
-from bsb.kernels.checks import check_chain_index, check_float, check_k, check_topk_pair, raise_for_row_stats
+from bsb.kernels.checks import (
+    check_chain_index,
+    check_float,
+    check_k,
+    check_tokens,
+    check_topk_pair,
+    status_error,
+)
 
 MAX_K: int = _C.max_k
 _DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
@@ -34,10 +42,7 @@ def topk_logprobs(logits: torch.Tensor, k: int = 20) -> tuple[torch.Tensor, torc
     rows = x.numel() // v
     lp = torch.empty(rows, k, dtype=torch.float32)
     idx = torch.empty(rows, k, dtype=torch.int64)
-    rmax = torch.empty(rows, dtype=torch.float32)
-    rnan = torch.empty(rows, dtype=torch.uint8)
-    _C.topk_logprobs(x.data_ptr(), code, rows, v, k, lp.data_ptr(), idx.data_ptr(), rmax.data_ptr(), rnan.data_ptr())
-    raise_for_row_stats("logits", rmax, rnan.bool())
+    _raise(_C.topk_logprobs(x.data_ptr(), code, rows, v, k, lp.data_ptr(), idx.data_ptr()))
     lead = logits.shape[:-1]
     return lp.reshape(*lead, k), idx.reshape(*lead, k)
 
@@ -63,16 +68,41 @@ def probe_js(logits: torch.Tensor, chain_index: torch.Tensor, k: int = 20) -> to
     check_float("logits", logits, 2, 3, scan=False)
     n, v = logits.shape[0], logits.shape[-1]
     check_k(k, v)
-    ci = check_chain_index(chain_index, n)
+    ci = check_chain_index(chain_index, n, scan=False)  # the kernel checks that chains are contiguous
     if k > MAX_K:
         return ref.probe_js(logits, chain_index, k)
     x, code = _as_native(logits)
     n_pos = 1 if x.ndim == 2 else x.shape[1]
-    pairs = torch.zeros(n, dtype=torch.uint8)
-    pairs[:-1] = (ci[1:] == ci[:-1]).to(torch.uint8)
     out = torch.empty(n, dtype=torch.float32)
-    rmax = torch.empty(n * n_pos, dtype=torch.float32)
-    rnan = torch.empty(n * n_pos, dtype=torch.uint8)
-    _C.probe_js(x.data_ptr(), code, n, n_pos, v, k, pairs.data_ptr(), out.data_ptr(), rmax.data_ptr(), rnan.data_ptr())
-    raise_for_row_stats("logits", rmax, rnan.bool())
+    _raise(_C.probe_js(x.data_ptr(), code, n, n_pos, v, k, ci.contiguous().data_ptr(), out.data_ptr()))
     return out
+
+def _raise(status: int) -> None:
+    if status:
+        raise status_error("logits", status)
+
+
+def surprisal_entropy(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Single-pass surprisal and entropy; same contract as :func:`bsb.kernels.reference.surprisal_entropy`."""
+    check_float("logits", logits, scan=False)
+    v = logits.shape[-1]
+    check_tokens(tokens, logits.shape[:-1], v)
+    x, code = _as_native(logits)
+    rows = x.numel() // v
+    tok = tokens.reshape(-1).to(torch.int64).contiguous()
+    sur, ent = torch.empty(rows, dtype=torch.float32), torch.empty(rows, dtype=torch.float32)
+    _raise(_C.surprisal_entropy(x.data_ptr(), code, rows, v, tok.data_ptr(), sur.data_ptr(), ent.data_ptr()))
+    return sur.reshape(logits.shape[:-1]), ent.reshape(logits.shape[:-1])
+
+
+def logit_margin(logits: torch.Tensor) -> torch.Tensor:
+    """Single-pass top-1 − top-2 logit; same contract as :func:`bsb.kernels.reference.logit_margin`."""
+    check_float("logits", logits, scan=False)
+    v = logits.shape[-1]
+    if v < 2:
+        raise ValueError(f"logits needs a vocabulary of at least 2 for a margin, got V={v}")
+    x, code = _as_native(logits)
+    rows = x.numel() // v
+    out = torch.empty(rows, dtype=torch.float32)
+    _raise(_C.logit_margin(x.data_ptr(), code, rows, v, out.data_ptr()))
+    return out.reshape(logits.shape[:-1])

@@ -2,8 +2,8 @@
 
 ``BSB_KERNELS`` (read at first use) forces a provider:
 
-* ``auto`` (default): CUDA tensors → Triton; CPU tensors → the C++ extension for the Probe-JS ops and the
-  chunked torch lens; everything else → the reference.
+* ``auto`` (default): CUDA tensors → Triton; CPU tensors → the C++ extension for the row ops and the
+  chunked torch lens; ``lens_readouts`` (a few hundred numbers) → the reference everywhere.
 * ``reference``: the plain-torch specification everywhere.
 * ``triton``: the Triton kernels, also for CPU tensors when ``TRITON_INTERPRET=1`` (how CI tests them).
 * ``cpp``: the C++ / chunked CPU paths for CPU tensors (CUDA tensors use the reference).
@@ -31,6 +31,8 @@ _PROVIDERS: dict[str, dict[str, str]] = {
         "floored_js": "bsb.kernels.cpu_probe",
         "probe_js": "bsb.kernels.cpu_probe",
         "lens_logprobs": "bsb.kernels.cpu_lens",
+        "surprisal_entropy": "bsb.kernels.cpu_probe",
+        "logit_margin": "bsb.kernels.cpu_probe",
     },
     "triton": {
         "topk_logprobs": "bsb.kernels.triton_topk",

@@ -36,7 +36,8 @@ class Provider:
         return getattr(_load(self.modules[name]), name)
 
 
-CPP = {"topk_logprobs": "bsb.kernels.cpu_probe", "floored_js": "bsb.kernels.cpu_probe", "probe_js": "bsb.kernels.cpu_probe", "lens_logprobs": "bsb.kernels.cpu_lens"}
+CPP = {op: "bsb.kernels.cpu_probe" for op in ("topk_logprobs", "floored_js", "probe_js", "surprisal_entropy", "logit_margin")}
+CPP["lens_logprobs"] = "bsb.kernels.cpu_lens"
 TRITON = {
     "topk_logprobs": "bsb.kernels.triton_topk",
     "probe_js": "bsb.kernels.triton_topk",
