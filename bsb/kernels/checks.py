@@ -16,6 +16,7 @@ __all__ = [
     "check_chain_index",
     "check_tokens",
     "check_lens_inputs",
+    "raise_if_lens_nonfinite",
     "raise_for_row_stats",
     "status_error",
 ]
@@ -145,11 +146,13 @@ def check_tokens(tokens: object, lead_shape: torch.Size, vocab: int, name: str =
 
 
 def check_lens_inputs(hidden, norm_weight, unembed, targets, eps, norm, norm_bias) -> None:
-    """The arguments of ``lens_logprobs`` (see its docstring for the shapes)."""
-    check_float("hidden", hidden, 3, 3)
+    """The arguments of ``lens_logprobs`` (see its docstring for the shapes). Values are not scanned here: a
+    V×d NaN scan would cost a full read of the unembedding and a V×d temporary on every call; instead
+    :func:`raise_if_lens_nonfinite` inspects the (layers, P) result, where any NaN or inf input shows up."""
+    check_float("hidden", hidden, 3, 3, scan=False)
     d = hidden.shape[-1]
-    check_float("norm_weight", norm_weight, 1, 1)
-    check_float("unembed", unembed, 2, 2)
+    check_float("norm_weight", norm_weight, 1, 1, scan=False)
+    check_float("unembed", unembed, 2, 2, scan=False)
     if norm_weight.shape != (d,):
         raise ValueError(f"norm_weight must have shape ({d},) to match hidden's last dim, got {tuple(norm_weight.shape)}")
     if unembed.shape[1] != d:
@@ -159,9 +162,24 @@ def check_lens_inputs(hidden, norm_weight, unembed, targets, eps, norm, norm_bia
     if norm_bias is not None:
         if norm != "layer":
             raise ValueError("norm_bias is only used with norm='layer'")
-        check_float("norm_bias", norm_bias, 1, 1)
+        check_float("norm_bias", norm_bias, 1, 1, scan=False)
         if norm_bias.shape != (d,):
             raise ValueError(f"norm_bias must have shape ({d},), got {tuple(norm_bias.shape)}")
     if not (isinstance(eps, (int, float)) and eps >= 0):
         raise ValueError(f"eps must be a non-negative float, got {eps!r}")
     check_tokens(targets, hidden.shape[1:2], unembed.shape[0], "targets")
+
+
+def raise_if_lens_nonfinite(result: torch.Tensor, hidden, norm_weight, unembed, norm_bias=None) -> torch.Tensor:
+    """Returns ``result`` if it is finite; else raises naming the input that holds NaN or inf.
+
+    A NaN / inf anywhere in the inputs reaches the result (through the norm or the logsumexp), so checking the
+    small result first keeps the happy path free of V×d scans. Finite inputs whose logits overflow give
+    -inf or NaN too: that is reported as such.
+    """
+    if torch.isfinite(result).all():
+        return result
+    for name, t in (("hidden", hidden), ("norm_weight", norm_weight), ("norm_bias", norm_bias), ("unembed", unembed)):
+        if t is not None and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{name} contains NaN or inf; check the model's hidden states and weights")
+    raise ValueError("lens_logprobs overflowed: the inputs are finite but the logits are not representable in fp32")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from bsb.kernels import reference as ref
-from bsb.kernels.checks import check_lens_inputs
+from bsb.kernels.checks import check_lens_inputs, raise_if_lens_nonfinite
 
 # 16 chunks keep the live (rows × chunk) block near 1/16 of the full logits while each matmul stays wide
 # enough to run at the BLAS rate; the floor keeps tiny vocabularies in one or two chunks.
@@ -43,4 +43,5 @@ def lens_logprobs(
         m_new = torch.maximum(m, z.amax(-1))
         s = s * torch.exp(m - m_new) + torch.exp(z - m_new[:, None]).sum(-1)
         m = m_new
-    return (target_logit - (m + s.log())).reshape(n_layers, p)
+    out = (target_logit - (m + s.log())).reshape(n_layers, p)
+    return raise_if_lens_nonfinite(out, hidden, norm_weight, unembed, norm_bias)

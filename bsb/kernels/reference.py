@@ -27,6 +27,7 @@ from bsb.kernels.checks import (
     check_logits,
     check_tokens,
     check_topk_pair,
+    raise_if_lens_nonfinite,
 )
 
 __all__ = [
@@ -178,7 +179,7 @@ def lens_logprobs(
     logits = x @ unembed.float().T  # (layers, P, V)
     logp = torch.log_softmax(logits, dim=-1)
     tgt = targets.to(torch.int64)[None, :, None].expand(logp.shape[0], -1, 1)  # (layers, P, 1)
-    return logp.gather(-1, tgt)[..., 0]
+    return raise_if_lens_nonfinite(logp.gather(-1, tgt)[..., 0], hidden, norm_weight, unembed, norm_bias)
 
 
 def apply_final_norm(

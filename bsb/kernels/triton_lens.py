@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from bsb.kernels.checks import check_lens_inputs
+from bsb.kernels.checks import check_lens_inputs, raise_if_lens_nonfinite
 
 
 @triton.jit
@@ -132,4 +132,5 @@ def lens_logprobs(
     )
     big_m = m.amax(1)  # (R,)
     lse = big_m + (s * torch.exp(m - big_m[:, None])).sum(1).log()
-    return (t.sum(1) - lse).reshape(n_layers, p)
+    out = (t.sum(1) - lse).reshape(n_layers, p)
+    return raise_if_lens_nonfinite(out, hidden, norm_weight, unembed, norm_bias)

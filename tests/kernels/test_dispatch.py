@@ -6,6 +6,7 @@ import warnings
 import pytest
 import torch
 
+import bsb
 import bsb.kernels as K
 from bsb.kernels import dispatch
 
@@ -38,6 +39,7 @@ def test_unknown_op_is_a_clear_error():
 def test_missing_extension_falls_back_to_reference_with_one_warning(fresh_dispatch):
     fresh_dispatch.setenv("BSB_KERNELS", "cpp")
     fresh_dispatch.setitem(sys.modules, "bsb._C", None)  # import bsb._C now raises ImportError
+    fresh_dispatch.delattr(bsb, "_C", raising=False)  # ... and `from bsb import _C` finds no attribute either
     fresh_dispatch.delitem(sys.modules, "bsb.kernels.cpu_probe", raising=False)
     x = torch.randn(3, 50)
     with pytest.warns(RuntimeWarning, match="falling back to the reference"):
