@@ -1,0 +1,80 @@
+"""Cost model of a tree RLVR step: token-forwards and FLOPs of rollout, probing and training (Eq. 8, App. B).
+
+With N parameters, a forward costs 2N FLOPs per token and a forward+backward 6N, so every ratio below is a
+ratio of token counts weighted by 2 or 6 (N cancels). Per step:
+
+* T_probe = P_gen · M · C · (E + L)                  every generated prompt is probed, C candidates per chain
+* T_roll  = P_gen · M · T̄ · [1 + k (1 − c)]          each chain plus its k siblings cut at fraction c
+* F_probe / F_roll = T_probe / T_roll                 (per chain: C (E + L) / ([1 + k(1 − c)] T̄), Eq. 8)
+* F_probe / F_step = 2 T_probe / (2 T_roll + 6 T_train + 2 T_probe)
+
+Lens-Shift per chain: ``C·ρ·T̄/2`` token-forwards when each prefix is re-forwarded (the paper's co-located
+copy), ``C·(E + n)`` with prefix reuse, and ``T̄ + C·(E + n)`` for bsb's packed prefix-shared forward, which also
+forwards the chain once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """The inputs of the accounting (defaults: the paper's math setting, App. A-B)."""
+
+    mean_chain_len: float  # T̄, mean response tokens per chain
+    train_tokens: float = 0.0  # T_train, tokens trained per step (prompt + response of the kept rollouts)
+    prompts: int = 32  # P_gen, prompts generated (and probed) per step
+    chains: int = 4  # M, root chains per prompt
+    siblings: int = 2  # k, siblings per fork
+    cut: float = 0.5  # c, mean fork position as a fraction of the chain
+    candidates: int = 16  # C, candidate boundaries scored per chain (a cap)
+    suffix_len: int = 9  # E, elicitation suffix tokens
+    read_len: int = 1  # L, read positions after the suffix (1 math, 16 code)
+
+    def __post_init__(self):
+        if self.mean_chain_len <= 0:
+            raise ValueError(f"mean_chain_len must be > 0, got {self.mean_chain_len}")
+        for name in ("prompts", "chains", "candidates", "suffix_len", "read_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.siblings < 0 or not 0.0 <= self.cut <= 1.0 or self.train_tokens < 0:
+            raise ValueError("siblings must be >= 0, cut in [0, 1] and train_tokens >= 0")
+
+
+def probe_tokens(s: StepShape) -> float:
+    """T_probe: token-forwards of Probe-JS per step (on the engine's prefix cache)."""
+    return s.prompts * s.chains * s.candidates * (s.suffix_len + s.read_len)
+
+
+def rollout_tokens(s: StepShape) -> float:
+    """T_roll: generated tokens per step, root chains plus siblings from the cut."""
+    return s.prompts * s.chains * s.mean_chain_len * (1 + s.siblings * (1 - s.cut))
+
+
+def probe_over_rollout(s: StepShape) -> float:
+    """F_probe / F_roll (Eq. 8)."""
+    return probe_tokens(s) / rollout_tokens(s)
+
+
+def probe_over_step(s: StepShape) -> float:
+    """F_probe / F_step with forward = 2N and forward+backward = 6N FLOPs per token (App. B)."""
+    tp = probe_tokens(s)
+    return 2 * tp / (2 * rollout_tokens(s) + 6 * s.train_tokens + 2 * tp)
+
+
+def lens_tokens_per_chain(mean_chain_len: float, candidates: int, suffix_len: int, answer_len: int, range_cap: float = 1.0,
+                          mode: str = "packed") -> float:
+    """Token-forwards of one Lens-Shift read of a chain.
+
+    ``mode``: "reforward" (each prefix forwarded again, C·ρ·T̄/2, App. B), "prefix_reuse" (C·(E + n)) or
+    "packed" (bsb: the chain once plus every suffix, T̄ + C·(E + n)).
+    """
+    per_suffix = candidates * (suffix_len + answer_len)
+    if mode == "reforward":
+        return candidates * range_cap * mean_chain_len / 2
+    if mode == "prefix_reuse":
+        return per_suffix
+    if mode == "packed":
+        return mean_chain_len + per_suffix
+    raise ValueError(f"mode must be 'reforward', 'prefix_reuse' or 'packed', got {mode!r}")
