@@ -1,0 +1,108 @@
+"""White-box backend: a Hugging Face causal LM (CPU or GPU) for rollouts and belief reads.
+
+* :meth:`HFBackend.generate`: batched, seeded sampling (temperature, top-p, max new tokens) from token ids.
+* :meth:`HFBackend.reads`: the packed prefix-shared forward (:mod:`bsb.engine.packed`).
+* :meth:`HFBackend.token_stats`: per response token, the sampled token's surprisal, the entropy of the full
+  next-token distribution and the top-1 − top-2 logit margin. The LM head runs over chunks of positions,
+  so a long chain never materialises its (T × V) logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from bsb import kernels
+from bsb.engine.hf_model import check_supported
+from bsb.engine.packed import Reads, naive_reads, packed_reads
+
+
+@dataclass
+class TokenStats:
+    surprisal: torch.Tensor  # (T,) −log π(y_t | y_<t) of each response token
+    entropy: torch.Tensor  # (T,) entropy of the next-token distribution at each response token
+    margin: torch.Tensor  # (T,) top-1 − top-2 logit before each response token (Δz_t)
+    token_forwards: int
+
+
+class HFBackend:
+    def __init__(self, model, tokenizer=None, chunk_positions: int = 256, max_pack_tokens: int | None = None):
+        """``chunk_positions``: positions per LM-head chunk in :meth:`token_stats`; ``max_pack_tokens``: cap on
+        one packed sequence (None: each chain's reads in one pass)."""
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.chunk_positions = chunk_positions
+        self.max_pack_tokens = max_pack_tokens
+        self.packed = True
+        try:
+            check_supported(model)
+        except ValueError:
+            self.packed = False  # unknown family: fall back to the per-candidate re-forward (no hidden states)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    def reads(self, prefix, cuts, suffix, answer=None, with_hidden=False) -> Reads:
+        if self.packed:
+            return packed_reads(self.model, prefix, cuts, suffix, answer, with_hidden, self.max_pack_tokens)
+        return naive_reads(self.model, prefix, cuts, suffix, answer, with_hidden)
+
+    @torch.no_grad()
+    def token_stats(self, prompt, response) -> TokenStats:
+        prompt = torch.as_tensor(prompt, dtype=torch.long).reshape(-1)
+        response = torch.as_tensor(response, dtype=torch.long).reshape(-1)
+        if prompt.numel() == 0 or response.numel() == 0:
+            raise ValueError("token_stats needs a non-empty prompt and response")
+        ids = torch.cat([prompt, response]).to(self.device)[None]
+        hidden = self.model.model(ids).last_hidden_state[0]  # (S, d), final norm applied
+        head = self.model.get_output_embeddings()
+        start = prompt.numel() - 1  # the position predicting response token 0
+        out = {"s": [], "h": [], "m": []}
+        n = response.numel()
+        for c in range(0, n, self.chunk_positions):
+            rows = hidden[start + c : start + min(c + self.chunk_positions, n)]  # (≤chunk, d)
+            logits = head(rows).float()
+            tokens = response[c : c + rows.shape[0]].to(self.device)
+            s, h = kernels.surprisal_entropy(logits, tokens)
+            out["s"].append(s)
+            out["h"].append(h)
+            out["m"].append(kernels.logit_margin(logits))
+        cat = lambda k: torch.cat(out[k]).cpu()  # noqa: E731
+        return TokenStats(cat("s"), cat("h"), cat("m"), token_forwards=ids.shape[1])
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
+                 seed: int = 0, eos_token_id: int | None = None) -> list[list[int]]:
+        """Sample one continuation per prompt (left-padded batch); returns the new token ids, EOS included."""
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("generate needs at least one non-empty prompt")
+        if max_new_tokens < 1 or temperature < 0 or not 0 < top_p <= 1:
+            raise ValueError("max_new_tokens must be >= 1, temperature >= 0 and top_p in (0, 1]")
+        eos = eos_token_id if eos_token_id is not None else self.model.generation_config.eos_token_id
+        pad = self.model.generation_config.pad_token_id
+        pad = pad if pad is not None else (eos if isinstance(eos, int) else 0)
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.as_tensor(p)
+            mask[i, width - len(p):] = 1
+        torch.manual_seed(seed)
+        sample = temperature > 0
+        out = self.model.generate(
+            input_ids=ids.to(self.device), attention_mask=mask.to(self.device), max_new_tokens=max_new_tokens,
+            do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None,
+            top_k=0 if sample else None, eos_token_id=eos, pad_token_id=pad,
+        )
+        results = []
+        for row in out[:, width:].tolist():
+            if eos is not None and eos in row:
+                row = row[: row.index(eos) + 1]
+            results.append(row)
+        return results

@@ -1,0 +1,302 @@
+"""Fork-point selectors: one interface over the belief reads and the baselines (§3, §3.5, seed 001 §5.6).
+
+A selector scores the candidate boundaries of each finished chain and forks at the top score,
+``t̂ = argmax_t s_t``. Belief-change scores are fork-before attributed: the change caused by the segment
+``(t_j, t_{j+1}]`` lands on ``t_j``, so siblings re-roll exactly that segment. If a selector cannot score a
+chain (no committed answer for Lens-Shift, no finite score), the chain falls back to Midpoint; a pool with a
+single candidate forks there. The fallback is counted in the returned :class:`Selection`, never raised into a training loop. A
+chain that cannot fork at all is returned as unforkable (``fork=None``) for the trainer to refill.
+
+Selectors and their scores (higher forks first):
+
+========== ==========================================================================================
+probe_js   floored JS between consecutive elicited top-K beliefs (Eq. 1-2)
+lens_shift Lens-Shift read-out (``shape`` | ``height`` | ``depth``) of the teacher-forced answer (Eq. 3-4)
+entropy    mean sampled-token surprisal of the segment after the boundary (TreeRL-style, §3.5)
+midpoint   closeness to the chain midpoint; forks at the midpoint itself
+uniform    greedy farthest-point order from the midpoint: any top-B is evenly spread
+random     seeded uniform scores
+newline    earlier boundaries first
+min_margin smallest top-1 − top-2 logit margin over token positions in a window (seed 001: [4, 64))
+first_gap  the first window position with margin <= 0.5, min-margin fallback (seed 001 FirstGap05)
+========== ==========================================================================================
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from bsb import kernels
+from bsb.engine.boundaries import CandidatePool, candidate_pool
+from bsb.engine.hf_model import lens_parts
+
+
+@dataclass
+class SelectorConfig:
+    """How the candidates are built and read (defaults: the paper's App. A)."""
+
+    max_candidates: int = 16  # C, candidates scored per chain
+    range_cap: float = 1.0  # ρ, score only the first ρ of the chain (0.5 on base models)
+    min_tail: int = 2  # tokens a sibling re-rolls at least
+    suffix: Sequence[int] = ()  # elicitation suffix token ids (Probe-JS, Lens-Shift)
+    top_k: int = 20  # K of the Probe-JS belief
+    lens_readout: str = "shape"  # shape | height | depth
+    lens_eps: float = 0.1  # ε of the lock-in layer
+    seed: int = 0  # Random selector
+    margin_window: tuple[int, int] = (4, 64)  # zero-based token positions searched by min_margin / first_gap
+    gap_threshold: float = 0.5  # Δz threshold of first_gap
+
+    def __post_init__(self):
+        if self.lens_readout not in ("shape", "height", "depth"):
+            raise ValueError(f"lens_readout must be 'shape', 'height' or 'depth', got {self.lens_readout!r}")
+        if self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+        lo, hi = self.margin_window
+        if not 0 <= lo < hi:
+            raise ValueError(f"margin_window must be (lo, hi) with 0 <= lo < hi, got {self.margin_window}")
+
+
+@dataclass
+class ChainInput:
+    """A finished chain as a trainer has it (token ids)."""
+
+    prompt: Sequence[int]
+    response: Sequence[int]
+    answer: Sequence[int] | None = None  # committed answer tokens, teacher-forced by Lens-Shift
+    budget_left: int | None = None  # response tokens still allowed for a continuation
+
+
+@dataclass
+class ForkChoice:
+    fork: int | None  # position in the response (siblings continue from response[:fork]); None: unforkable
+    pool: CandidatePool
+    scores: list[float]  # one per pool position (NaN where undefined)
+    fallback: str = ""  # why Midpoint chose instead of the selector ("" when the selector chose)
+    token_forwards: int = 0  # tokens the model processed for this chain's reads
+
+
+@dataclass
+class Selection:
+    selector: str
+    choices: list[ForkChoice] = field(default_factory=list)
+
+    @property
+    def forks(self) -> list[int | None]:
+        return [c.fork for c in self.choices]
+
+    @property
+    def fallbacks(self) -> int:
+        return sum(bool(c.fallback) for c in self.choices)
+
+    @property
+    def unforkable(self) -> int:
+        return sum(c.fork is None for c in self.choices)
+
+    @property
+    def token_forwards(self) -> int:
+        return sum(c.token_forwards for c in self.choices)
+
+
+class CannotScore(Exception):
+    """A selector cannot score this chain; it falls back to Midpoint (counted)."""
+
+
+class Selector:
+    name = "base"
+    needs_model = False
+
+    def __init__(self, config: SelectorConfig | None = None):
+        self.config = config or SelectorConfig()
+
+    def pool(self, chain: ChainInput, newline_mask: torch.Tensor) -> CandidatePool:
+        c = self.config
+        return candidate_pool(chain.response, newline_mask, c.max_candidates, c.range_cap, c.min_tail, chain.budget_left)
+
+    def score(self, chain: ChainInput, pool: CandidatePool, backend, index: int) -> tuple[list[float], int]:
+        """Scores for ``pool.positions`` and the token-forwards spent; raise CannotScore to fall back."""
+        raise NotImplementedError
+
+    def select(self, chains: Sequence[ChainInput], newline_mask: torch.Tensor, backend=None) -> Selection:
+        if self.needs_model and backend is None:
+            raise ValueError(f"selector {self.name!r} reads the model: pass a backend")
+        out = Selection(self.name)
+        for i, chain in enumerate(chains):
+            pool = self.pool(chain, newline_mask)
+            if not pool.forkable:
+                out.choices.append(ForkChoice(None, pool, []))
+                continue
+            if len(pool.positions) == 1:  # nothing to rank: every selector forks there
+                out.choices.append(ForkChoice(pool.positions[0], pool, [math.nan], fallback=f"one candidate ({pool.kind})"))
+                continue
+            try:
+                scores, spent = self.score(chain, pool, backend, i)
+                valid = [j for j, v in enumerate(scores) if not math.isnan(v)]
+                if not valid:
+                    raise CannotScore("no finite score")
+                best = max(valid, key=lambda j: (scores[j], -j))  # ties: the earlier boundary
+                out.choices.append(ForkChoice(pool.positions[best], pool, scores, token_forwards=spent))
+            except CannotScore as why:
+                out.choices.append(ForkChoice(_midpoint(pool, self.config), pool, [math.nan] * len(pool.positions), fallback=str(why)))
+        return out
+
+
+def _midpoint(pool: CandidatePool, config: SelectorConfig) -> int:
+    """Midpoint of the chain, clamped to a valid cut (the fallback of every selector)."""
+    n = pool.chain_len
+    return min(max(1, n // 2), n - config.min_tail) if n - config.min_tail >= 1 else pool.positions[0]
+
+
+# ---------------------------------------------------------------------------------------------- baselines
+
+
+class Midpoint(Selector):
+    name = "midpoint"
+
+    def select(self, chains, newline_mask, backend=None) -> Selection:
+        out = Selection(self.name)
+        for chain in chains:
+            pool = self.pool(chain, newline_mask)
+            if not pool.forkable:
+                out.choices.append(ForkChoice(None, pool, []))
+                continue
+            mid = pool.chain_len / 2
+            out.choices.append(ForkChoice(_midpoint(pool, self.config), pool, [-abs(t - mid) for t in pool.positions]))
+        return out
+
+
+class Uniform(Selector):
+    name = "uniform"
+
+    def score(self, chain, pool, backend, index):
+        pos = pool.positions
+        order = [min(range(len(pos)), key=lambda j: abs(pos[j] - pool.chain_len / 2))]
+        while len(order) < len(pos):  # next: the candidate farthest from every chosen one
+            order.append(max((j for j in range(len(pos)) if j not in order), key=lambda j: min(abs(pos[j] - pos[o]) for o in order)))
+        rank = {j: r for r, j in enumerate(order)}
+        return [float(len(pos) - rank[j]) for j in range(len(pos))], 0
+
+
+class Random(Selector):
+    name = "random"
+
+    def score(self, chain, pool, backend, index):
+        rng = random.Random(self.config.seed * 1_000_003 + index)
+        return [rng.random() for _ in pool.positions], 0
+
+
+class Newline(Selector):
+    name = "newline"
+
+    def score(self, chain, pool, backend, index):
+        return [float(-j) for j in range(len(pool.positions))], 0
+
+
+class Entropy(Selector):
+    """Segment-mean sampled-token surprisal after each boundary (TreeRL's read, adapted to the pool)."""
+
+    name = "entropy"
+    needs_model = True
+
+    def score(self, chain, pool, backend, index):
+        stats = backend.token_stats(chain.prompt, chain.response)
+        ends = pool.positions[1:] + [pool.chain_len]
+        return [float(stats.surprisal[t:e].mean()) for t, e in zip(pool.positions, ends)], stats.token_forwards
+
+
+class _MarginWindow(Selector):
+    """Token-position selectors of seed 001 §5.6: candidates are the positions of a window, not newlines."""
+
+    needs_model = True
+
+    def pool(self, chain, newline_mask):
+        base = super().pool(chain, newline_mask)
+        if not base.forkable:
+            return base
+        lo, hi = self.config.margin_window
+        last = min(len(chain.response) - self.config.min_tail, hi - 1)
+        positions = list(range(max(lo, 1), last + 1))
+        return CandidatePool(positions, "window", len(chain.response)) if positions else base
+
+    def margins(self, chain, pool, backend):
+        stats = backend.token_stats(chain.prompt, chain.response)
+        return [float(stats.margin[t]) for t in pool.positions], stats.token_forwards
+
+
+class MinMargin(_MarginWindow):
+    name = "min_margin"
+
+    def score(self, chain, pool, backend, index):
+        margins, spent = self.margins(chain, pool, backend)
+        return [-m for m in margins], spent
+
+
+class FirstGap(_MarginWindow):
+    name = "first_gap"
+
+    def score(self, chain, pool, backend, index):
+        margins, spent = self.margins(chain, pool, backend)
+        gaps = [j for j, m in enumerate(margins) if m <= self.config.gap_threshold]
+        if gaps:  # chronological: the first gap scores highest, later gaps after it
+            return [float(len(margins) - gaps.index(j)) if j in gaps else -math.inf for j in range(len(margins))], spent
+        return [-m for m in margins], spent  # min-margin fallback
+
+
+# ---------------------------------------------------------------------------------------------- belief reads
+
+
+class ProbeJS(Selector):
+    """Probe-JS (§3.2): the elicited top-K answer belief after the suffix at each boundary; JS of consecutive
+    beliefs, fork-before. Reads come from one packed forward per chain (L = 1)."""
+
+    name = "probe_js"
+    needs_model = True
+
+    def score(self, chain, pool, backend, index):
+        if not self.config.suffix:
+            raise ValueError("probe_js needs SelectorConfig.suffix (the elicitation suffix token ids)")
+        prompt = list(chain.prompt)
+        reads = backend.reads(prompt + list(chain.response), [len(prompt) + t for t in pool.positions], self.config.suffix)
+        k = min(self.config.top_k, reads.read_logits.shape[-1])
+        scores = kernels.probe_js(reads.read_logits.float().cpu(), torch.zeros(len(pool.positions), dtype=torch.long), k)
+        return scores.tolist(), reads.token_forwards
+
+
+class LensShift(Selector):
+    """Lens-Shift (§3.3): the committed answer's per-layer log-prob profile after the suffix at each boundary;
+    change of the profile between consecutive boundaries (shape / height / depth), fork-before."""
+
+    name = "lens_shift"
+    needs_model = True
+
+    def score(self, chain, pool, backend, index):
+        if not self.config.suffix:
+            raise ValueError("lens_shift needs SelectorConfig.suffix (the elicitation suffix token ids)")
+        if not chain.answer:
+            raise CannotScore("no committed answer to teacher-force")
+        prompt, answer = list(chain.prompt), list(chain.answer)
+        reads = backend.reads(prompt + list(chain.response), [len(prompt) + t for t in pool.positions], self.config.suffix,
+                              answer, with_hidden=True)
+        parts = lens_parts(backend.model)
+        n_layers, c, n, d = reads.answer_hidden.shape
+        lp = kernels.lens_logprobs(reads.answer_hidden.reshape(n_layers, c * n, d), parts.norm_weight, parts.unembed,
+                                   torch.as_tensor(answer * c, device=reads.answer_hidden.device), eps=parts.norm_eps)
+        profiles = lp.reshape(n_layers, c, n).sum(-1).T.cpu()  # (C, layers): b_t^(l), Eq. 3
+        shape, height, depth = kernels.lens_readouts(profiles, self.config.lens_eps)
+        chosen = {"shape": shape, "height": height, "depth": depth}[self.config.lens_readout]
+        return chosen.tolist(), reads.token_forwards
+
+
+SELECTORS: dict[str, type[Selector]] = {
+    cls.name: cls for cls in (ProbeJS, LensShift, Entropy, Midpoint, Uniform, Random, Newline, MinMargin, FirstGap)
+}
+
+
+def make_selector(name: str, config: SelectorConfig | None = None) -> Selector:
+    if name not in SELECTORS:
+        raise ValueError(f"unknown selector {name!r}; choose one of {', '.join(sorted(SELECTORS))}")
+    return SELECTORS[name](config)

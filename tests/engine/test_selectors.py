@@ -1,0 +1,172 @@
+"""Selectors against hand computations from the naive re-forward / full logits, fallbacks and errors."""
+
+import math
+
+import pytest
+import torch
+
+from bsb.engine import selectors as S
+from bsb.engine.hf_backend import HFBackend
+from bsb.engine.packed import Reads, naive_reads
+from bsb.kernels import reference as ref
+
+transformers = pytest.importorskip("transformers")
+
+V, NL = 61, 7  # token 7 is a newline token
+
+
+@pytest.fixture(scope="module")
+def backend():
+    cfg = transformers.Qwen3Config(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=2,
+                                   num_key_value_heads=1, head_dim=32, max_position_embeddings=512, eos_token_id=1, pad_token_id=0)
+    torch.manual_seed(0)
+    return HFBackend(transformers.AutoModelForCausalLM.from_config(cfg))
+
+
+MASK = torch.zeros(V, dtype=torch.bool)
+MASK[NL] = True
+CFG = S.SelectorConfig(suffix=[11, 12, 13], top_k=10, margin_window=(2, 30))
+
+
+def chain(seed, length=40, every=6, answer=(21, 22)):
+    g = torch.Generator().manual_seed(seed)
+    resp = torch.randint(8, V, (length,), generator=g)
+    resp[every - 1 :: every] = NL
+    return S.ChainInput(prompt=torch.randint(8, V, (5,), generator=g).tolist(), response=resp.tolist(), answer=list(answer) if answer else None)
+
+
+def test_probe_js_matches_naive_reads_and_reference(backend):
+    ch = chain(1)
+    sel = S.make_selector("probe_js", CFG).select([ch], MASK, backend)
+    choice = sel.choices[0]
+    cuts = [len(ch.prompt) + t for t in choice.pool.positions]
+    reads = naive_reads(backend.model, ch.prompt + ch.response, cuts, CFG.suffix)
+    want = ref.probe_js(reads.read_logits, torch.zeros(len(cuts), dtype=torch.long), 10)
+    torch.testing.assert_close(torch.tensor(choice.scores), want, atol=2e-5, rtol=1e-4, equal_nan=True)
+    assert choice.fork == choice.pool.positions[int(torch.nan_to_num(want, nan=-1).argmax())]
+    assert choice.token_forwards == len(ch.prompt) + len(ch.response) + len(cuts) * 3
+
+
+@pytest.mark.parametrize("readout", ["shape", "height", "depth"])
+def test_lens_shift_matches_naive_reads_and_reference(backend, readout):
+    ch = chain(2)
+    cfg = S.SelectorConfig(suffix=CFG.suffix, lens_readout=readout)
+    choice = S.make_selector("lens_shift", cfg).select([ch], MASK, backend).choices[0]
+    cuts = [len(ch.prompt) + t for t in choice.pool.positions]
+    reads = naive_reads(backend.model, ch.prompt + ch.response, cuts, cfg.suffix, ch.answer, with_hidden=True)
+    m = backend.model
+    n_layers, c, n, d = reads.answer_hidden.shape
+    lp = ref.lens_logprobs(reads.answer_hidden.reshape(n_layers, c * n, d), m.model.norm.weight, m.lm_head.weight,
+                           torch.tensor(ch.answer * c), eps=m.config.rms_norm_eps)
+    readouts = dict(zip(("shape", "height", "depth"), ref.lens_readouts(lp.reshape(n_layers, c, n).sum(-1).T)))
+    torch.testing.assert_close(torch.tensor(choice.scores), readouts[readout], atol=1e-4, rtol=1e-4, equal_nan=True)
+
+
+def test_entropy_and_margins_match_full_logits(backend):
+    ch = chain(3)
+    ids = torch.tensor(ch.prompt + ch.response)
+    with torch.no_grad():
+        logits = backend.model(ids[None]).logits[0, len(ch.prompt) - 1 : -1]  # predicting each response token
+    sur, _ = ref.surprisal_entropy(logits, torch.tensor(ch.response))
+    margin = ref.logit_margin(logits)
+    ent = S.make_selector("entropy", CFG).select([ch], MASK, backend).choices[0]
+    pos = ent.pool.positions
+    want = [float(sur[t:e].mean()) for t, e in zip(pos, pos[1:] + [len(ch.response)])]
+    assert ent.scores == pytest.approx(want, abs=1e-4)
+    mm = S.make_selector("min_margin", CFG).select([ch], MASK, backend).choices[0]
+    window = list(range(2, 30))
+    assert mm.pool.positions == window and mm.fork == window[int(margin[window].argmin())]
+    fg = S.make_selector("first_gap", S.SelectorConfig(margin_window=(2, 30), gap_threshold=float(margin[window].median()))).select([ch], MASK, backend).choices[0]
+    first = next(t for t in window if margin[t] <= float(margin[window].median()))
+    assert fg.fork == first
+
+
+def test_first_gap_falls_back_to_min_margin_without_gaps(backend):
+    ch = chain(4)
+    got = S.make_selector("first_gap", S.SelectorConfig(margin_window=(2, 30), gap_threshold=-1.0)).select([ch], MASK, backend)
+    want = S.make_selector("min_margin", S.SelectorConfig(margin_window=(2, 30))).select([ch], MASK, backend)
+    assert got.forks == want.forks
+
+
+def test_model_free_baselines():
+    ch = chain(5, length=60, every=5)  # newline boundaries at 5, 10, ..., 55 (t <= 58)
+    pos = list(range(5, 59, 5))
+    assert S.make_selector("midpoint").select([ch], MASK).forks == [30]
+    assert S.make_selector("newline").select([ch], MASK).forks == [5]
+    uni = S.make_selector("uniform").select([ch], MASK).choices[0]
+    assert uni.fork == 30 and uni.pool.positions == pos
+    top3 = [uni.pool.positions[j] for j in sorted(range(len(pos)), key=lambda j: -uni.scores[j])[:3]]
+    assert sorted(top3) == [5, 30, 55]  # the farthest-point order spreads the first picks
+    r1 = S.make_selector("random", S.SelectorConfig(seed=1)).select([ch, ch], MASK)
+    assert r1.forks == S.make_selector("random", S.SelectorConfig(seed=1)).select([ch, ch], MASK).forks
+    assert r1.choices[0].scores != r1.choices[1].scores  # per-chain streams
+
+
+def test_fallbacks_and_unforkable_are_counted(backend):
+    chains = [chain(6), chain(7, answer=None), chain(8, length=20, every=100), S.ChainInput(prompt=[9], response=[10])]
+    sel = S.make_selector("lens_shift", CFG).select(chains, MASK, backend)
+    assert sel.unforkable == 1 and sel.forks[3] is None
+    assert sel.choices[1].fallback == "no committed answer to teacher-force" and sel.choices[1].fork == 20
+    assert sel.choices[2].fallback == "one candidate (midpoint)" and sel.choices[2].fork == 10
+    assert sel.fallbacks == 2 and sel.choices[0].fallback == ""
+
+
+class FlipBackend:
+    """Reads whose answer belief flips between boundary 2 and 3: Probe-JS must fork at boundary 2."""
+
+    model = None
+
+    def reads(self, prefix, cuts, suffix, answer=None, with_hidden=False):
+        logits = torch.full((len(cuts), 30), -5.0)
+        logits[:3, 4] = 8.0
+        logits[3:, 9] = 8.0
+        return Reads(logits, None, None, token_forwards=len(prefix))
+
+
+def test_probe_js_forks_before_the_belief_moving_step():
+    ch = chain(9)
+    sel = S.make_selector("probe_js", CFG).select([ch], MASK, FlipBackend()).choices[0]
+    assert sel.fork == sel.pool.positions[2]
+    assert sel.scores[2] > 0.5 and all(s < 1e-6 for j, s in enumerate(sel.scores) if j != 2 and not math.isnan(s))
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: S.make_selector("prm"), "unknown selector 'prm'"),
+        (lambda: S.make_selector("probe_js").select([chain(1)], MASK), "reads the model: pass a backend"),
+        (lambda: S.SelectorConfig(lens_readout="width"), "lens_readout"),
+        (lambda: S.SelectorConfig(margin_window=(10, 5)), "margin_window"),
+    ],
+)
+def test_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_missing_suffix_is_a_clear_error(backend):
+    with pytest.raises(ValueError, match="needs SelectorConfig.suffix"):
+        S.make_selector("probe_js").select([chain(1)], MASK, backend)
+
+
+def test_generate_is_seeded_and_stops_at_eos(backend):
+    a = backend.generate([[5, 6, 7], [8, 9]], max_new_tokens=12, temperature=1.0, seed=3)
+    b = backend.generate([[5, 6, 7], [8, 9]], max_new_tokens=12, temperature=1.0, seed=3)
+    assert a == b and len(a) == 2 and all(1 <= len(r) <= 12 for r in a)
+    assert all(1 not in r[:-1] for r in a)  # nothing after EOS
+    with pytest.raises(ValueError, match="non-empty prompt"):
+        backend.generate([[]], max_new_tokens=3)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 40, 256])
+def test_token_stats_chunks_agree_with_full_logits(backend, chunk):
+    ch = chain(10)
+    ids = torch.tensor(ch.prompt + ch.response)
+    with torch.no_grad():
+        logits = backend.model(ids[None]).logits[0, len(ch.prompt) - 1 : -1]
+    stats = HFBackend(backend.model, chunk_positions=chunk).token_stats(ch.prompt, ch.response)
+    s, h = ref.surprisal_entropy(logits, torch.tensor(ch.response))
+    torch.testing.assert_close(stats.surprisal, s, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(stats.entropy, h, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(stats.margin, ref.logit_margin(logits), atol=1e-4, rtol=1e-4)
+    assert stats.token_forwards == len(ids)
