@@ -54,6 +54,37 @@ class HFBackend:
         return naive_reads(self.model, prefix, cuts, suffix, answer, with_hidden)
 
     @torch.no_grad()
+    def sampled_reads(self, prefix, cuts, suffix, read_len: int, seed: int = 0) -> tuple[torch.Tensor, int]:
+        """Probe reads with L > 1 (§3.2): after ``prefix[:t] + suffix`` sample ``read_len`` tokens at temperature
+        1 and return the raw next-token logits at every read position, (C, L, V), with the token-forwards spent.
+        Position one is the exact L = 1 read; later positions follow that boundary's own sampled tokens."""
+        prefix = torch.as_tensor(prefix, dtype=torch.long).reshape(-1).tolist()
+        suffix = torch.as_tensor(suffix, dtype=torch.long).reshape(-1).tolist()
+        if read_len < 1:
+            raise ValueError(f"read_len must be >= 1, got {read_len}")
+        prompts = [prefix[:t] + suffix for t in cuts]
+        ids, mask, pad = self._left_pad(prompts)
+        torch.manual_seed(seed)
+        out = self.model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=read_len, min_new_tokens=read_len, do_sample=True,
+            temperature=1.0, top_p=1.0, top_k=0, pad_token_id=pad, output_logits=True, return_dict_in_generate=True,
+        )
+        logits = torch.stack(out.logits, 1)  # (C, L, V), before any logits processor
+        return logits, sum(len(p) for p in prompts) + len(prompts) * (read_len - 1)
+
+    def _left_pad(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, int]:
+        eos = self.model.generation_config.eos_token_id
+        pad = self.model.generation_config.pad_token_id
+        pad = pad if pad is not None else (eos if isinstance(eos, int) else 0)
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.as_tensor(p)
+            mask[i, width - len(p):] = 1
+        return ids.to(self.device), mask.to(self.device), pad
+
+    @torch.no_grad()
     def token_stats(self, prompt, response) -> TokenStats:
         prompt = torch.as_tensor(prompt, dtype=torch.long).reshape(-1)
         response = torch.as_tensor(response, dtype=torch.long).reshape(-1)
@@ -85,18 +116,12 @@ class HFBackend:
         if max_new_tokens < 1 or temperature < 0 or not 0 < top_p <= 1:
             raise ValueError("max_new_tokens must be >= 1, temperature >= 0 and top_p in (0, 1]")
         eos = eos_token_id if eos_token_id is not None else self.model.generation_config.eos_token_id
-        pad = self.model.generation_config.pad_token_id
-        pad = pad if pad is not None else (eos if isinstance(eos, int) else 0)
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.as_tensor(p)
-            mask[i, width - len(p):] = 1
+        ids, mask, pad = self._left_pad(prompts)
+        width = ids.shape[1]
         torch.manual_seed(seed)
         sample = temperature > 0
         out = self.model.generate(
-            input_ids=ids.to(self.device), attention_mask=mask.to(self.device), max_new_tokens=max_new_tokens,
+            input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
             do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None,
             top_k=0 if sample else None, eos_token_id=eos, pad_token_id=pad,
         )

@@ -19,6 +19,7 @@ random     seeded uniform scores
 newline    earlier boundaries first
 min_margin smallest top-1 − top-2 logit margin over token positions in a window (seed 001: [4, 64))
 first_gap  the first window position with margin <= 0.5, min-margin fallback (seed 001 FirstGap05)
+bsv        projection of the boundary state on a fitted belief-shift direction (Eq. 6; pre-RL only)
 ========== ==========================================================================================
 """
 
@@ -45,17 +46,19 @@ class SelectorConfig:
     min_tail: int = 2  # tokens a sibling re-rolls at least
     suffix: Sequence[int] = ()  # elicitation suffix token ids (Probe-JS, Lens-Shift)
     top_k: int = 20  # K of the Probe-JS belief
+    read_len: int = 1  # L, Probe-JS read positions after the suffix (1 math, 16 code; L > 1 samples, §3.2)
     lens_readout: str = "shape"  # shape | height | depth
     lens_eps: float = 0.1  # ε of the lock-in layer
     seed: int = 0  # Random selector
     margin_window: tuple[int, int] = (4, 64)  # zero-based token positions searched by min_margin / first_gap
     gap_threshold: float = 0.5  # Δz threshold of first_gap
+    bsv_path: str | None = None  # a saved BSVDirection (bsv selector; pre-RL validation only)
 
     def __post_init__(self):
         if self.lens_readout not in ("shape", "height", "depth"):
             raise ValueError(f"lens_readout must be 'shape', 'height' or 'depth', got {self.lens_readout!r}")
-        if self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+        if self.top_k < 1 or self.read_len < 1:
+            raise ValueError(f"top_k and read_len must be >= 1, got {self.top_k} and {self.read_len}")
         lo, hi = self.margin_window
         if not 0 <= lo < hi:
             raise ValueError(f"margin_window must be (lo, hi) with 0 <= lo < hi, got {self.margin_window}")
@@ -251,7 +254,8 @@ class FirstGap(_MarginWindow):
 
 class ProbeJS(Selector):
     """Probe-JS (§3.2): the elicited top-K answer belief after the suffix at each boundary; JS of consecutive
-    beliefs, fork-before. Reads come from one packed forward per chain (L = 1)."""
+    beliefs, fork-before. L = 1 reads come from one packed forward per chain; L > 1 reads sample L tokens
+    after the suffix (the backend's ``sampled_reads``) and average the JS over the L positions."""
 
     name = "probe_js"
     needs_model = True
@@ -260,10 +264,15 @@ class ProbeJS(Selector):
         if not self.config.suffix:
             raise ValueError("probe_js needs SelectorConfig.suffix (the elicitation suffix token ids)")
         prompt = list(chain.prompt)
-        reads = backend.reads(prompt + list(chain.response), [len(prompt) + t for t in pool.positions], self.config.suffix)
-        k = min(self.config.top_k, reads.read_logits.shape[-1])
-        scores = kernels.probe_js(reads.read_logits.float().cpu(), torch.zeros(len(pool.positions), dtype=torch.long), k)
-        return scores.tolist(), reads.token_forwards
+        prefix, cuts = prompt + list(chain.response), [len(prompt) + t for t in pool.positions]
+        if self.config.read_len > 1:  # (C, L, V): JS per read position, averaged over L
+            logits, spent = backend.sampled_reads(prefix, cuts, self.config.suffix, self.config.read_len, self.config.seed + index)
+        else:
+            reads = backend.reads(prefix, cuts, self.config.suffix)
+            logits, spent = reads.read_logits, reads.token_forwards
+        k = min(self.config.top_k, logits.shape[-1])
+        scores = kernels.probe_js(logits.float().cpu(), torch.zeros(len(cuts), dtype=torch.long), k)
+        return scores.tolist(), spent
 
 
 class LensShift(Selector):
@@ -291,8 +300,31 @@ class LensShift(Selector):
         return chosen.tolist(), reads.token_forwards
 
 
+class BSV(Selector):
+    """BSV (§3.4, Eq. 6): projection of the boundary's residual stream on the fitted drop direction. A frozen
+    policy's validation instrument, not an RL arm (the direction goes off-policy as training moves θ)."""
+
+    name = "bsv"
+    needs_model = True
+
+    def __init__(self, config: SelectorConfig | None = None, direction=None):
+        super().__init__(config)
+        self.direction = direction
+        if direction is None and self.config.bsv_path is None:
+            raise ValueError("bsv needs a fitted direction: pass direction= or SelectorConfig.bsv_path (bsb.engine.bsv.fit_bsv)")
+
+    def score(self, chain, pool, backend, index):
+        from bsb.engine.bsv import BSVDirection, bsv_scores
+
+        if self.direction is None:
+            self.direction = BSVDirection.load(self.config.bsv_path)
+        prompt = list(chain.prompt)
+        prefix = prompt + list(chain.response)
+        return bsv_scores(backend.model, prefix, [len(prompt) + t for t in pool.positions], self.direction).tolist(), len(prefix)
+
+
 SELECTORS: dict[str, type[Selector]] = {
-    cls.name: cls for cls in (ProbeJS, LensShift, Entropy, Midpoint, Uniform, Random, Newline, MinMargin, FirstGap)
+    cls.name: cls for cls in (ProbeJS, LensShift, Entropy, Midpoint, Uniform, Random, Newline, MinMargin, FirstGap, BSV)
 }
 
 

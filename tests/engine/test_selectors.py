@@ -170,3 +170,24 @@ def test_token_stats_chunks_agree_with_full_logits(backend, chunk):
     torch.testing.assert_close(stats.entropy, h, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(stats.margin, ref.logit_margin(logits), atol=1e-4, rtol=1e-4)
     assert stats.token_forwards == len(ids)
+
+
+def test_sampled_reads_first_position_is_the_exact_read(backend):
+    ch = chain(11)
+    prefix, cuts = ch.prompt + ch.response, [10, 20, 30]
+    logits, spent = backend.sampled_reads(prefix, cuts, CFG.suffix, read_len=4, seed=5)
+    assert logits.shape == (3, 4, V) and spent == sum(cuts) + 3 * 3 + 3 * 3
+    exact = backend.reads(prefix, cuts, CFG.suffix).read_logits
+    torch.testing.assert_close(logits[:, 0], exact, atol=1e-4, rtol=1e-4)
+    again, _ = backend.sampled_reads(prefix, cuts, CFG.suffix, read_len=4, seed=5)
+    torch.testing.assert_close(again, logits)  # seeded
+
+
+def test_probe_js_with_several_read_positions(backend):
+    ch = chain(12)
+    cfg = S.SelectorConfig(suffix=CFG.suffix, top_k=10, read_len=3, seed=2)
+    choice = S.make_selector("probe_js", cfg).select([ch], MASK, backend).choices[0]
+    cuts = [len(ch.prompt) + t for t in choice.pool.positions]
+    logits, _ = backend.sampled_reads(ch.prompt + ch.response, cuts, cfg.suffix, 3, seed=2)
+    want = ref.probe_js(logits, torch.zeros(len(cuts), dtype=torch.long), 10)
+    torch.testing.assert_close(torch.tensor(choice.scores), want, atol=2e-5, rtol=1e-4, equal_nan=True)

@@ -1,0 +1,91 @@
+"""Belief-shift vector (BSV, §3.4, Eq. 5-6): a learned read for pre-RL validation on a frozen policy.
+
+A held-out chain is cut at t and continued in three regimes g ∈ {surge (+), steady (0), drop (−)}. Per layer,
+the residual stream is averaged over the W_a tokens after the cut and the W_b tokens before it and differenced,
+then the steady delta is subtracted:
+
+    Δ_g^(L) = E_{(t, c): g(c) = g} [ h̄^(L)[t, t+W_a)(c) − h̄^(L)[t−W_b, t) ],   u_±^(L) = Δ_±^(L) − Δ_0^(L)   (Eq. 5)
+    L* = argmin_L cos(u_+^(L), u_−^(L)),   s_t = ⟨u_−^(L*), h_t^(L*)⟩                                  (Eq. 6)
+
+``h_t`` is the residual stream (after decoder layer L) at the last prefix token. The continuations are data
+(``BSVExample``); how they are drafted is outside this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from bsb.engine.hf_model import ResidualCapture, lens_parts
+
+REGIMES = ("surge", "steady", "drop")
+
+
+@dataclass(frozen=True)
+class BSVExample:
+    prefix: Sequence[int]  # prompt + chain up to the cut t = len(prefix)
+    continuation: Sequence[int]  # the drafted continuation after the cut
+    regime: str  # surge | steady | drop
+
+
+@dataclass
+class BSVDirection:
+    layer: int  # L*, 0-based decoder layer
+    u_plus: torch.Tensor  # (layers, d)
+    u_minus: torch.Tensor  # (layers, d)
+    cos: torch.Tensor  # (layers,) cos(u_+, u_−) per layer
+
+    def save(self, path: str | Path) -> None:
+        torch.save({"layer": self.layer, "u_plus": self.u_plus, "u_minus": self.u_minus, "cos": self.cos}, path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> BSVDirection:
+        d = torch.load(path, map_location="cpu", weights_only=True)
+        return cls(int(d["layer"]), d["u_plus"], d["u_minus"], d["cos"])
+
+
+@torch.no_grad()
+def fit_bsv(model, examples: Sequence[BSVExample], window_after: int = 16, window_before: int = 16) -> BSVDirection:
+    """Fit u_± per layer from the examples (Eq. 5) and choose L* by the antagonism criterion (Eq. 6)."""
+    if window_after < 1 or window_before < 1:
+        raise ValueError("window_after and window_before must be >= 1")
+    layers = lens_parts(model).layers
+    device = next(model.parameters()).device
+    deltas: dict[str, list[torch.Tensor]] = {g: [] for g in REGIMES}
+    for i, ex in enumerate(examples):
+        if ex.regime not in REGIMES:
+            raise ValueError(f"example {i}: regime must be one of {REGIMES}, got {ex.regime!r}")
+        if not ex.prefix or not ex.continuation:
+            raise ValueError(f"example {i}: prefix and continuation must be non-empty")
+        t = len(ex.prefix)
+        before = torch.arange(max(0, t - window_before), t)  # clipped to the prefix
+        after = torch.arange(t, t + min(window_after, len(ex.continuation)))  # clipped to the continuation
+        ids = torch.as_tensor(list(ex.prefix) + list(ex.continuation), dtype=torch.long, device=device)
+        with ResidualCapture(layers, torch.cat([before, after]).to(device)) as cap:
+            model(ids[None])
+        h = cap.stacked().float()  # (layers, |before| + |after|, d)
+        deltas[ex.regime].append(h[:, len(before):].mean(1) - h[:, : len(before)].mean(1))  # (layers, d)
+    missing = [g for g in REGIMES if not deltas[g]]
+    if missing:
+        raise ValueError(f"no examples of regime(s) {missing}: BSV needs surge, steady and drop continuations")
+    mean = {g: torch.stack(v).mean(0) for g, v in deltas.items()}
+    u_plus, u_minus = mean["surge"] - mean["steady"], mean["drop"] - mean["steady"]
+    cos = torch.nn.functional.cosine_similarity(u_plus, u_minus, dim=-1)  # (layers,)
+    return BSVDirection(int(cos.argmin()), u_plus.cpu(), u_minus.cpu(), cos.cpu())
+
+
+@torch.no_grad()
+def bsv_scores(model, prefix: Sequence[int], cuts: Sequence[int], direction: BSVDirection) -> torch.Tensor:
+    """s_t = ⟨u_−^(L*), h_t^(L*)⟩ at every cut, h_t at the last prefix token (one forward over the prefix)."""
+    layers = lens_parts(model).layers
+    if not 0 <= direction.layer < len(layers):
+        raise ValueError(f"the direction's layer {direction.layer} does not exist in a {len(layers)}-layer model")
+    device = next(model.parameters()).device
+    ids = torch.as_tensor(list(prefix), dtype=torch.long, device=device)
+    with ResidualCapture([layers[direction.layer]], torch.as_tensor([t - 1 for t in cuts], device=device)) as cap:
+        model(ids[None])
+    h = cap.stacked()[0].float().cpu()  # (C, d)
+    return h @ direction.u_minus[direction.layer].float()

@@ -1,0 +1,77 @@
+"""BSV (Eq. 5-6) against a hand computation from captured residual streams; save / load; errors."""
+
+import pytest
+import torch
+
+from bsb.engine import selectors as S
+from bsb.engine.bsv import BSVDirection, BSVExample, bsv_scores, fit_bsv
+from bsb.engine.hf_backend import HFBackend
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def model():
+    cfg = transformers.LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
+                                   num_key_value_heads=1, max_position_embeddings=256)
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+
+
+def _examples():
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for regime in ("surge", "steady", "drop"):
+        for _ in range(2):
+            out.append(BSVExample(torch.randint(0, 50, (20,), generator=g).tolist(), torch.randint(0, 50, (5,), generator=g).tolist(), regime))
+    return out
+
+
+def _residuals(model, ids):
+    with torch.no_grad():
+        hs = model(torch.tensor(ids)[None], output_hidden_states=True).hidden_states
+    captured = {}
+    hook = model.model.layers[-1].register_forward_hook(lambda m, i, o: captured.setdefault("h", o[0] if isinstance(o, tuple) else o))
+    with torch.no_grad():
+        model(torch.tensor(ids)[None])
+    hook.remove()
+    return torch.stack(list(hs[1:-1]) + [captured["h"]])[:, 0]  # (layers, S, d): pre-norm residual after each layer
+
+
+def test_fit_matches_eq5_by_hand(model):
+    ex = _examples()
+    got = fit_bsv(model, ex, window_after=3, window_before=4)
+    deltas = {}
+    for e in ex:
+        h = _residuals(model, e.prefix + e.continuation)
+        t = len(e.prefix)
+        deltas.setdefault(e.regime, []).append(h[:, t : t + 3].mean(1) - h[:, t - 4 : t].mean(1))
+    mean = {g: torch.stack(v).mean(0) for g, v in deltas.items()}
+    torch.testing.assert_close(got.u_plus, mean["surge"] - mean["steady"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.u_minus, mean["drop"] - mean["steady"], atol=1e-5, rtol=1e-5)
+    assert got.layer == int(got.cos.argmin())
+
+
+def test_scores_are_projections_and_the_direction_round_trips(model, tmp_path):
+    d = fit_bsv(model, _examples())
+    prefix = list(range(40))
+    cuts = [5, 17, 30]
+    h = _residuals(model, prefix)[d.layer]
+    torch.testing.assert_close(bsv_scores(model, prefix, cuts, d), h[[4, 16, 29]] @ d.u_minus[d.layer], atol=1e-5, rtol=1e-5)
+    d.save(tmp_path / "bsv.pt")
+    again = BSVDirection.load(tmp_path / "bsv.pt")
+    assert again.layer == d.layer and torch.equal(again.u_minus, d.u_minus)
+    mask = torch.zeros(50, dtype=torch.bool)
+    mask[7] = True
+    chain = S.ChainInput(prompt=[1, 2], response=[3, 7, 4, 7, 5, 7, 6, 8, 9, 10])
+    sel = S.make_selector("bsv", S.SelectorConfig(bsv_path=str(tmp_path / "bsv.pt"))).select([chain], mask, HFBackend(model))
+    assert sel.choices[0].fork in (2, 4, 6) and sel.fallbacks == 0
+
+
+def test_errors(model):
+    with pytest.raises(ValueError, match="regime"):
+        fit_bsv(model, [BSVExample([1, 2], [3], "sideways")])
+    with pytest.raises(ValueError, match=r"no examples of regime\(s\) \['drop'\]"):
+        fit_bsv(model, [e for e in _examples() if e.regime != "drop"])
+    with pytest.raises(ValueError, match="fitted direction"):
+        S.make_selector("bsv")
