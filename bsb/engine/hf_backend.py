@@ -1,7 +1,8 @@
 """White-box backend: a Hugging Face causal LM (CPU or GPU) for rollouts and belief reads.
 
 * :meth:`HFBackend.generate`: batched, seeded sampling (temperature, top-p, max new tokens) from token ids.
-* :meth:`HFBackend.reads`: the packed prefix-shared forward (:mod:`bsb.engine.packed`).
+* :meth:`HFBackend.reads`: the packed prefix-shared forward (:mod:`bsb.engine.packed`); :meth:`probe_beliefs`
+  turns it into the top-k beliefs of Probe-JS (the interface the vLLM backend shares).
 * :meth:`HFBackend.token_stats`: per response token, the sampled token's surprisal, the entropy of the full
   next-token distribution and the top-1 − top-2 logit margin. The LM head runs over chunks of positions,
   so a long chain never materialises its (T × V) logits.
@@ -52,6 +53,17 @@ class HFBackend:
         if self.packed:
             return packed_reads(self.model, prefix, cuts, suffix, answer, with_hidden, self.max_pack_tokens)
         return naive_reads(self.model, prefix, cuts, suffix, answer, with_hidden)
+
+    def probe_beliefs(self, prefix, cuts, suffix, read_len: int = 1, k: int = 20, seed: int = 0):
+        """Top-k elicited beliefs at every cut: ``(logp, idx)`` of shape (C, L, k) and the token-forwards spent.
+        L = 1 comes from the packed forward; L > 1 from :meth:`sampled_reads`."""
+        if read_len == 1:
+            reads = self.reads(prefix, cuts, suffix)
+            logits, spent = reads.read_logits[:, None], reads.token_forwards
+        else:
+            logits, spent = self.sampled_reads(prefix, cuts, suffix, read_len, seed)
+        logp, idx = kernels.topk_logprobs(logits.float().cpu(), min(k, logits.shape[-1]))
+        return logp, idx, spent
 
     @torch.no_grad()
     def sampled_reads(self, prefix, cuts, suffix, read_len: int, seed: int = 0) -> tuple[torch.Tensor, int]:

