@@ -8,75 +8,61 @@ import time
 
 
 def _demo(args: argparse.Namespace) -> int:
-    """Belief reads on a tiny randomly initialised Qwen3 model: Probe-JS and Lens-Shift scores per boundary."""
+    """Every selector of the engine on chains sampled from a tiny randomly initialised Qwen3.
+
+    Until the embedded default (a tiny model trained on the synthetic task) exists, the model is random and the
+    tokens 0..15 of its 512-token vocabulary stand for line breaks, so sampled chains have step boundaries.
+    """
     import torch
     import transformers
     from rich.console import Console
     from rich.table import Table
+    from tqdm import tqdm
 
-    import bsb.kernels as K
+    from bsb import kernels
+    from bsb.engine.hf_backend import HFBackend
+    from bsb.engine.selectors import SELECTORS, ChainInput, SelectorConfig, make_selector
 
     torch.manual_seed(args.seed)
     cfg = transformers.Qwen3Config(
         vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=64, max_position_embeddings=256, tie_word_embeddings=False,
+        num_key_value_heads=1, head_dim=64, max_position_embeddings=1024, tie_word_embeddings=False,
+        eos_token_id=511, pad_token_id=510,
     )
-    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-    chain = torch.randint(0, cfg.vocab_size, (args.chain_len,))
-    suffix = torch.randint(0, cfg.vocab_size, (6,))  # stands in for "So the final answer is \boxed{"
-    answer = torch.randint(0, cfg.vocab_size, (2,))  # the chain's committed answer, teacher-forced
-    boundaries = torch.linspace(4, args.chain_len, args.boundaries).round().long().tolist()
-
+    backend = HFBackend(transformers.AutoModelForCausalLM.from_config(cfg))
+    newline = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+    newline[:16] = True
     t0 = time.perf_counter()
-    reads, profiles = [], []
-    with torch.no_grad():
-        for t in boundaries:  # the paper's per-candidate re-forward (App. B); the engine will pack these
-            ids = torch.cat([chain[:t], suffix, answer])[None]
-            out = model(ids, output_hidden_states=True)
-            read = t + len(suffix) - 1  # the position whose next token is the first answer token
-            reads.append(out.logits[0, read])
-            # hidden_states[1:] are the layer outputs; the last one is already normed by HF, so use a hook-free
-            # pre-norm copy: every layer's residual stream at the answer positions.
-            hs = torch.stack(out.hidden_states[1:])[:, 0, read : read + len(answer)]  # (layers, n, d)
-            hs[-1] = pre_norm_last(model, ids)[read : read + len(answer)]
-            lp = K.lens_logprobs(hs, model.model.norm.weight, model.lm_head.weight, answer, eps=cfg.rms_norm_eps)
-            profiles.append(lp.sum(-1))  # b_t^(l): the answer's log-prob at every layer (Eq. 3)
-    logits = torch.stack(reads)  # (B, V)
-    scores = K.probe_js(logits, torch.zeros(len(boundaries), dtype=torch.long), k=20)
-    shape, height, depth = K.lens_readouts(torch.stack(profiles))
-    elapsed = time.perf_counter() - t0
+    prompts = [torch.randint(16, 500, (12,)).tolist() for _ in range(args.chains)]
+    responses = backend.generate(prompts, max_new_tokens=args.chain_len, temperature=1.0, seed=args.seed)
+    rollout_s, rollout_tokens = time.perf_counter() - t0, sum(map(len, responses))
+    chains = [ChainInput(p, r, answer=[100, 101]) for p, r in zip(prompts, responses)]
+    config = SelectorConfig(suffix=[500, 501, 502, 503, 504, 505], max_candidates=16, seed=args.seed, margin_window=(4, 64))
 
     console = Console()
-    tbl = Table(title=f"Belief reads on a random tiny Qwen3 ({len(boundaries)} boundaries, fork-before scores)")
-    for col in ("boundary t", "top belief token (p)", "Probe-JS", "Lens shape", "Lens height", "Lens depth"):
-        tbl.add_column(col, justify="right")
-    top_lp, top_id = K.topk_logprobs(logits, 1)
-    best = {name: int(torch.nan_to_num(s, nan=-1).argmax()) for name, s in (("js", scores), ("shape", shape))}
-
-    def mark(s, name, j):
-        return f"{float(s[j]):.4f}" + (" *" if best[name] == j else "")
-
-    for j, t in enumerate(boundaries):
-        tbl.add_row(str(t), f"{int(top_id[j, 0])} ({float(top_lp[j, 0].exp()):.3f})", mark(scores, "js", j),
-                    mark(shape, "shape", j), f"{float(height[j]):.4f}", f"{float(depth[j]):.0f}")
-    console.print(tbl)
-    console.print(f"* = fork position of Probe-JS / Lens-Shift(shape). Ops served by: "
-                  f"probe_js={K.implementation('probe_js')}, lens_logprobs={K.implementation('lens_logprobs')}. "
-                  f"{elapsed:.2f}s.")
+    table = Table(title=f"Fork positions on {len(chains)} chains sampled from a random tiny Qwen3 (kernels: "
+                        f"probe_js={kernels.implementation('probe_js')}, lens={kernels.implementation('lens_logprobs')})")
+    table.add_column("selector")
+    for i, ch in enumerate(chains):
+        table.add_column(f"chain {i} ({len(ch.response)} tok)", justify="right")
+    table.add_column("reads / rollout tokens", justify="right")
+    table.add_column("time", justify="right")
+    reasons = set()
+    for name in tqdm([n for n in SELECTORS if n != "bsv"], desc="selectors", leave=False):
+        start = time.perf_counter()
+        sel = make_selector(name, config).select(chains, newline, backend)
+        spent = time.perf_counter() - start
+        cells = []
+        for c in sel.choices:
+            cells.append("unforkable" if c.fork is None else f"{c.fork}*" if c.fallback else str(c.fork))
+            reasons.update({c.fallback} - {""})
+        table.add_row(name, *cells, f"{sel.token_forwards / rollout_tokens:.2f}", f"{spent:.2f}s")
+    console.print(table)
+    if reasons:
+        console.print("* fell back to Midpoint or a single candidate: " + "; ".join(sorted(reasons)))
+    console.print(f"Rollout: {rollout_tokens} tokens in {rollout_s:.2f}s. Scores are fork-before; a pool has at most "
+                  f"{config.max_candidates} newline candidates. bsv needs a fitted direction (bsb.engine.bsv) and is skipped.")
     return 0
-
-
-def pre_norm_last(model, ids):
-    """The residual stream after the last decoder layer (before the final norm), for one sequence."""
-    captured = {}
-    hook = model.model.layers[-1].register_forward_hook(
-        lambda m, i, o: captured.setdefault("h", o[0] if isinstance(o, tuple) else o)
-    )
-    try:
-        model(ids)
-    finally:
-        hook.remove()
-    return captured["h"][0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,12 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="belief reads on the embedded default")
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--chain-len", type=int, default=96, help="tokens in the sampled chain")
-    demo.add_argument("--boundaries", type=int, default=8, help="candidate boundaries to read")
+    demo.add_argument("--chain-len", type=int, default=160, help="max tokens of each sampled chain")
+    demo.add_argument("--chains", type=int, default=3, help="chains to sample")
     args = parser.parse_args(argv)
     if args.command == "demo":
-        if args.boundaries < 2 or args.chain_len < 8:
-            parser.error("--boundaries must be >= 2 and --chain-len >= 8")
+        if args.chains < 1 or args.chain_len < 8:
+            parser.error("--chains must be >= 1 and --chain-len >= 8")
         return _demo(args)
     return 1
 

@@ -49,6 +49,7 @@ class SelectorConfig:
     read_len: int = 1  # L, Probe-JS read positions after the suffix (1 math, 16 code; L > 1 samples, §3.2)
     lens_readout: str = "shape"  # shape | height | depth
     lens_eps: float = 0.1  # ε of the lock-in layer
+    lens_layers: Sequence[int] | None = None  # decoder layers in the profile (default all; e.g. full-attention only)
     seed: int = 0  # Random selector
     margin_window: tuple[int, int] = (4, 64)  # zero-based token positions searched by min_margin / first_gap
     gap_threshold: float = 0.5  # Δz threshold of first_gap
@@ -112,6 +113,7 @@ class CannotScore(Exception):
 class Selector:
     name = "base"
     needs_model = False
+    needs = ()  # backend methods the reads use (white-box reads are not available from vLLM)
 
     def __init__(self, config: SelectorConfig | None = None):
         self.config = config or SelectorConfig()
@@ -127,6 +129,10 @@ class Selector:
     def select(self, chains: Sequence[ChainInput], newline_mask: torch.Tensor, backend=None) -> Selection:
         if self.needs_model and backend is None:
             raise ValueError(f"selector {self.name!r} reads the model: pass a backend")
+        missing = [m for m in self.needs if not hasattr(backend, m)]
+        if missing:
+            raise ValueError(f"selector {self.name!r} needs {', '.join(missing)}, which {type(backend).__name__} does not provide "
+                             "(white-box reads need the HF backend)")
         out = Selection(self.name)
         for i, chain in enumerate(chains):
             pool = self.pool(chain, newline_mask)
@@ -204,6 +210,7 @@ class Entropy(Selector):
 
     name = "entropy"
     needs_model = True
+    needs = ("token_stats",)
 
     def score(self, chain, pool, backend, index):
         stats = backend.token_stats(chain.prompt, chain.response)
@@ -215,6 +222,7 @@ class _MarginWindow(Selector):
     """Token-position selectors of seed 001 §5.6: candidates are the positions of a window, not newlines."""
 
     needs_model = True
+    needs = ("token_stats",)
 
     def pool(self, chain, newline_mask):
         base = super().pool(chain, newline_mask)
@@ -260,6 +268,7 @@ class ProbeJS(Selector):
 
     name = "probe_js"
     needs_model = True
+    needs = ("probe_beliefs",)
 
     def score(self, chain, pool, backend, index):
         if not self.config.suffix:
@@ -278,6 +287,7 @@ class LensShift(Selector):
 
     name = "lens_shift"
     needs_model = True
+    needs = ("reads", "model")
 
     def score(self, chain, pool, backend, index):
         if not self.config.suffix:
@@ -292,6 +302,11 @@ class LensShift(Selector):
         lp = kernels.lens_logprobs(reads.answer_hidden.reshape(n_layers, c * n, d), parts.norm_weight, parts.unembed,
                                    torch.as_tensor(answer * c, device=reads.answer_hidden.device), eps=parts.norm_eps)
         profiles = lp.reshape(n_layers, c, n).sum(-1).T.cpu()  # (C, layers): b_t^(l), Eq. 3
+        if self.config.lens_layers is not None:
+            layers = list(self.config.lens_layers)
+            if not layers or min(layers) < -n_layers or max(layers) >= n_layers:
+                raise ValueError(f"lens_layers must name layers of this {n_layers}-layer model, got {layers}")
+            profiles = profiles[:, layers]
         shape, height, depth = kernels.lens_readouts(profiles, self.config.lens_eps)
         chosen = {"shape": shape, "height": height, "depth": depth}[self.config.lens_readout]
         return chosen.tolist(), reads.token_forwards
@@ -303,6 +318,7 @@ class BSV(Selector):
 
     name = "bsv"
     needs_model = True
+    needs = ("model",)
 
     def __init__(self, config: SelectorConfig | None = None, direction=None):
         super().__init__(config)

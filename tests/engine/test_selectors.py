@@ -192,3 +192,22 @@ def test_probe_js_with_several_read_positions(backend):
     logits, _ = backend.sampled_reads(ch.prompt + ch.response, cuts, cfg.suffix, 3, seed=2)
     want = ref.probe_js(logits, torch.zeros(len(cuts), dtype=torch.long), 10)
     torch.testing.assert_close(torch.tensor(choice.scores), want, atol=2e-5, rtol=1e-4, equal_nan=True)
+
+
+def test_lens_layers_select_the_profile(backend):
+    ch = chain(13)
+    full = S.make_selector("lens_shift", S.SelectorConfig(suffix=CFG.suffix)).select([ch], MASK, backend).choices[0]
+    last = S.make_selector("lens_shift", S.SelectorConfig(suffix=CFG.suffix, lens_layers=[-1])).select([ch], MASK, backend).choices[0]
+    assert full.scores != last.scores and len(last.scores) == len(full.scores)
+    with pytest.raises(ValueError, match="lens_layers must name layers"):
+        S.make_selector("lens_shift", S.SelectorConfig(suffix=CFG.suffix, lens_layers=[5])).select([ch], MASK, backend)
+
+
+def test_white_box_selectors_reject_a_black_box_backend():
+    class BlackBox:
+        def probe_beliefs(self, *a, **k):
+            raise AssertionError("not reached")
+
+    for name in ("entropy", "lens_shift", "min_margin"):
+        with pytest.raises(ValueError, match="which BlackBox does not provide"):
+            S.make_selector(name, CFG).select([chain(1)], MASK, BlackBox())
