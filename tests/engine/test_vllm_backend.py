@@ -80,3 +80,16 @@ def test_generation_from_token_ids_is_seeded(engine):
     a = engine.generate([[5, 6, 7], [8, 9, 10, 11]], max_new_tokens=10, seed=4)
     b = engine.generate([[5, 6, 7], [8, 9, 10, 11]], max_new_tokens=10, seed=4)
     assert a == b and all(1 <= len(r) <= 10 for r in a)
+
+
+def test_token_stats_and_the_baselines_agree_with_hf(engine, hf):
+    ch = _chain(3)
+    a, b = engine.token_stats(ch.prompt, ch.response), hf.token_stats(ch.prompt, ch.response)
+    torch.testing.assert_close(a.surprisal, b.surprisal, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(a.margin, b.margin, atol=1e-4, rtol=1e-4)
+    assert torch.isnan(a.entropy).all()  # not available from the engine
+    cfg = S.SelectorConfig(margin_window=(4, 64))
+    for name in ("entropy", "min_margin", "first_gap"):
+        assert S.make_selector(name, cfg).select([ch], MASK, engine).forks == S.make_selector(name, cfg).select([ch], MASK, hf).forks
+    with pytest.raises(ValueError, match="which VLLMBackend does not provide"):
+        S.make_selector("lens_shift", S.SelectorConfig(suffix=[11])).select([ch], MASK, engine)
