@@ -10,21 +10,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from bsb import kernels
+from bsb.engine.backend import TokenStats, check_generation_args
 from bsb.engine.hf_model import check_supported
 from bsb.engine.packed import Reads, naive_reads, packed_reads
-
-
-@dataclass
-class TokenStats:
-    surprisal: torch.Tensor  # (T,) −log π(y_t | y_<t) of each response token
-    entropy: torch.Tensor  # (T,) entropy of the next-token distribution at each response token
-    margin: torch.Tensor  # (T,) top-1 − top-2 logit before each response token (Δz_t)
-    token_forwards: int
 
 
 class HFBackend:
@@ -123,10 +114,7 @@ class HFBackend:
     def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
                  seed: int = 0, eos_token_id: int | None = None) -> list[list[int]]:
         """Sample one continuation per prompt (left-padded batch); returns the new token ids, EOS included."""
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise ValueError("generate needs at least one non-empty prompt")
-        if max_new_tokens < 1 or temperature < 0 or not 0 < top_p <= 1:
-            raise ValueError("max_new_tokens must be >= 1, temperature >= 0 and top_p in (0, 1]")
+        check_generation_args(prompts, max_new_tokens, temperature, top_p)
         eos = eos_token_id if eos_token_id is not None else self.model.generation_config.eos_token_id
         ids, mask, pad = self._left_pad(prompts)
         width = ids.shape[1]

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 
 import torch
 
+from bsb.engine.backend import TokenStats, check_generation_args
+
 
 class VLLMBackend:
     def __init__(self, model: str, seed: int = 0, max_logprobs: int = 20, kv_cache_gib: int = 1, dtype: str = "auto",
@@ -45,10 +47,7 @@ class VLLMBackend:
         """Sample one continuation per prompt; returns the new token ids (EOS included when generated)."""
         from vllm import SamplingParams
 
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise ValueError("generate needs at least one non-empty prompt")
-        if max_new_tokens < 1 or temperature < 0 or not 0 < top_p <= 1:
-            raise ValueError("max_new_tokens must be >= 1, temperature >= 0 and top_p in (0, 1]")
+        check_generation_args(prompts, max_new_tokens, temperature, top_p)
         stop = [eos_token_id] if eos_token_id is not None else None
         params = [SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed + i,
                                  stop_token_ids=stop) for i in range(len(prompts))]
@@ -56,8 +55,6 @@ class VLLMBackend:
 
     def token_stats(self, prompt, response):
         from vllm import SamplingParams
-
-        from bsb.engine.hf_backend import TokenStats
 
         prompt, response = [int(x) for x in prompt], [int(x) for x in response]
         if not prompt or not response:

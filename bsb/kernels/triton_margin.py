@@ -7,13 +7,12 @@ Each BLOCK tile contributes its largest value and the largest value left after r
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from bsb.kernels.checks import check_float, raise_for_row_stats
+from bsb.kernels.triton_rows import block, load_tile, rows
 
 
 @triton.jit
@@ -26,10 +25,8 @@ def _margin_kernel(x_ptr, out_ptr, max_ptr, nan_ptr, V, stride_row, BLOCK: tl.co
     n_nan = tl.zeros((), tl.int32)
     for start in range(0, V, BLOCK):
         cols = start + offs
-        x = tl.load(base + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
-        is_nan = x != x
-        n_nan += tl.sum(is_nan.to(tl.int32), axis=0)
-        x = tl.where(is_nan, float("-inf"), x)
+        x, tile_nan = load_tile(base, cols, V)
+        n_nan += tile_nan
         c1 = tl.max(x, axis=0)
         first = tl.argmax(x, axis=0)
         c2 = tl.max(tl.where(offs == first, float("-inf"), x), axis=0)
@@ -45,12 +42,10 @@ def logit_margin(logits: torch.Tensor) -> torch.Tensor:
     v = logits.shape[-1]
     if v < 2:
         raise ValueError(f"logits needs a vocabulary of at least 2 for a margin, got V={v}")
-    x = logits.reshape(-1, v)
-    x = (x if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else x.float()).contiguous()
-    rows = x.shape[0]
-    out, rmax = (torch.empty(rows, dtype=torch.float32, device=x.device) for _ in range(2))
-    rnan = torch.empty(rows, dtype=torch.int8, device=x.device)
-    block = min(1024 if os.environ.get("TRITON_INTERPRET") == "1" else 4096, triton.next_power_of_2(v))
-    _margin_kernel[(rows,)](x, out, rmax, rnan, v, x.stride(0), BLOCK=block)
+    x = rows(logits)
+    n_rows = x.shape[0]
+    out, rmax = (torch.empty(n_rows, dtype=torch.float32, device=x.device) for _ in range(2))
+    rnan = torch.empty(n_rows, dtype=torch.int8, device=x.device)
+    _margin_kernel[(n_rows,)](x, out, rmax, rnan, v, x.stride(0), BLOCK=block(v))
     raise_for_row_stats("logits", rmax, rnan.bool())
     return out.reshape(logits.shape[:-1])

@@ -7,13 +7,12 @@ Same contract as :func:`bsb.kernels.reference.surprisal_entropy`.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from bsb.kernels.checks import check_float, check_tokens, raise_for_row_stats
+from bsb.kernels.triton_rows import block, load_tile, rows
 
 
 @triton.jit
@@ -29,10 +28,8 @@ def _surprisal_entropy_kernel(x_ptr, tok_ptr, sur_ptr, ent_ptr, max_ptr, nan_ptr
     n_nan = tl.zeros((), tl.int32)
     for start in range(0, V, BLOCK):
         cols = start + offs
-        x = tl.load(base + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
-        is_nan = x != x
-        n_nan += tl.sum(is_nan.to(tl.int32), axis=0)
-        x = tl.where(is_nan, float("-inf"), x)
+        x, tile_nan = load_tile(base, cols, V)
+        n_nan += tile_nan
         m_new = tl.maximum(m, tl.max(x, axis=0))
         scale = tl.where(m_new > float("-inf"), tl.exp(m - m_new), 0.0)
         unmasked = x > float("-inf")
@@ -52,14 +49,12 @@ def surprisal_entropy(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch
     check_float("logits", logits, scan=False)
     v = logits.shape[-1]
     check_tokens(tokens, logits.shape[:-1], v)
-    x = logits.reshape(-1, v)
-    x = (x if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else x.float()).contiguous()
-    rows = x.shape[0]
+    x = rows(logits)
+    n_rows = x.shape[0]
     tok = tokens.reshape(-1).to(device=x.device, dtype=torch.int64)
-    sur, ent, rmax = (torch.empty(rows, dtype=torch.float32, device=x.device) for _ in range(3))
-    rnan = torch.empty(rows, dtype=torch.int8, device=x.device)
-    block = min(1024 if os.environ.get("TRITON_INTERPRET") == "1" else 4096, triton.next_power_of_2(v))
-    _surprisal_entropy_kernel[(rows,)](x, tok, sur, ent, rmax, rnan, v, x.stride(0), BLOCK=block)
+    sur, ent, rmax = (torch.empty(n_rows, dtype=torch.float32, device=x.device) for _ in range(3))
+    rnan = torch.empty(n_rows, dtype=torch.int8, device=x.device)
+    _surprisal_entropy_kernel[(n_rows,)](x, tok, sur, ent, rmax, rnan, v, x.stride(0), BLOCK=block(v))
     raise_for_row_stats("logits", rmax, rnan.bool())
     lead = logits.shape[:-1]
     return sur.reshape(lead), ent.reshape(lead)

@@ -13,13 +13,13 @@ Same contracts as :func:`bsb.kernels.reference.topk_logprobs` / :func:`~bsb.kern
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from bsb.kernels.checks import check_chain_index, check_float, check_k, raise_for_row_stats
+from bsb.kernels.triton_rows import block, load_tile, rows
 
 MAX_K = 64
 # Below every packed key (the key of a -inf logit is about -9.19e18): marks padding and empty slots.
@@ -49,10 +49,8 @@ def _topk_lse_kernel(
     for start in range(0, V, BLOCK):
         cols = start + offs
         valid = cols < V
-        x = tl.load(base + cols, mask=valid, other=float("-inf")).to(tl.float32)
-        is_nan = x != x
-        n_nan += tl.sum(is_nan.to(tl.int32), axis=0)
-        x = tl.where(is_nan, float("-inf"), x)
+        x, tile_nan = load_tile(base, cols, V)
+        n_nan += tile_nan
         m_new = tl.maximum(m, tl.max(x, axis=0))
         live = m_new > float("-inf")
         scale = tl.where(live, tl.exp(m - m_new), 0.0)
@@ -126,27 +124,16 @@ def _half_kl_pair(p, q):
     return 0.5 * tl.sum(tp + tq, axis=0)
 
 
-def _block(v: int) -> int:
-    # The interpreter executes tiles as numpy arrays: narrower tiles keep its sorts cheap.
-    cap = 1024 if os.environ.get("TRITON_INTERPRET") == "1" else 4096
-    return min(cap, triton.next_power_of_2(v))
-
-
 def _topk_rows(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(R, V) contiguous -> (R, k) logp, ids; raises the reference's errors from the in-kernel row stats."""
-    rows, v = x.shape
-    lp = torch.empty(rows, k, dtype=torch.float32, device=x.device)
-    idx = torch.empty(rows, k, dtype=torch.int64, device=x.device)
-    rmax = torch.empty(rows, dtype=torch.float32, device=x.device)
-    rnan = torch.empty(rows, dtype=torch.int8, device=x.device)
-    _topk_lse_kernel[(rows,)](x, lp, idx, rmax, rnan, v, x.stride(0), K=k, KP=max(2, triton.next_power_of_2(k)), BLOCK=_block(v))
+    n_rows, v = x.shape
+    lp = torch.empty(n_rows, k, dtype=torch.float32, device=x.device)
+    idx = torch.empty(n_rows, k, dtype=torch.int64, device=x.device)
+    rmax = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    rnan = torch.empty(n_rows, dtype=torch.int8, device=x.device)
+    _topk_lse_kernel[(n_rows,)](x, lp, idx, rmax, rnan, v, x.stride(0), K=k, KP=max(2, triton.next_power_of_2(k)), BLOCK=block(v))
     raise_for_row_stats("logits", rmax, rnan.bool())
     return lp, idx
-
-
-def _rows(logits: torch.Tensor) -> torch.Tensor:
-    x = logits if logits.dtype in (torch.float32, torch.float16, torch.bfloat16) else logits.float()
-    return x.reshape(-1, x.shape[-1]).contiguous()
 
 
 def topk_logprobs(logits: torch.Tensor, k: int = 20) -> tuple[torch.Tensor, torch.Tensor]:
@@ -156,7 +143,7 @@ def topk_logprobs(logits: torch.Tensor, k: int = 20) -> tuple[torch.Tensor, torc
         from bsb.kernels import reference
 
         return reference.topk_logprobs(logits, k)
-    lp, idx = _topk_rows(_rows(logits), k)
+    lp, idx = _topk_rows(rows(logits), k)
     lead = logits.shape[:-1]
     return lp.reshape(*lead, k), idx.reshape(*lead, k)
 
@@ -171,7 +158,7 @@ def probe_js(logits: torch.Tensor, chain_index: torch.Tensor, k: int = 20) -> to
 
         return reference.probe_js(logits, chain_index, k)
     n_pos = 1 if logits.ndim == 2 else logits.shape[1]
-    lp, idx = _topk_rows(_rows(logits), k)  # (N * L, k)
+    lp, idx = _topk_rows(rows(logits), k)  # (N * L, k)
     pairs = torch.zeros(n, dtype=torch.int8)
     pairs[:-1] = (ci[1:] == ci[:-1]).to(torch.int8)
     pairs = pairs.to(logits.device)
