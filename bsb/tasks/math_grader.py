@@ -1,6 +1,7 @@
 """Math answers: extract the final boxed answer, normalise it, and grade it against the gold answer.
 
-Grading order: a normalised string match first (cheap, and it covers most correct answers), then symbolic
+Grading order: a normalised string match first (cheap, and it covers most correct answers), then an exact
+comparison when both sides are plain numbers (integers, decimals, integer fractions), then symbolic
 equivalence with math-verify (or sympy when math-verify is not installed). The symbolic step runs in a forked
 process with a time bound, because a hostile answer (deep nesting, a megabyte of digits, ``\\frac`` bombs) can
 make a symbolic parser run for minutes. Answers over the size or nesting limits are graded wrong without
@@ -13,6 +14,7 @@ import logging
 import multiprocessing as mp
 import re
 from collections import Counter
+from fractions import Fraction
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,21 @@ def normalize(answer: str) -> str:
     if re.fullmatch(r"-?\d+\.\d*", s):  # 2.50 → 2.5, 3. → 3
         s = s.rstrip("0").rstrip(".")
     return s
+
+
+_NUMBER = re.compile(r"-?\d+(\.\d+)?")
+_FRAC = re.compile(r"(-?)\\frac\{(-?\d+)\}\{(-?\d+)\}")
+
+
+def _number(s: str) -> Fraction | None:
+    """A normalised answer that is a plain integer, decimal or \\frac of integers, as an exact Fraction."""
+    if _NUMBER.fullmatch(s):
+        return Fraction(s)
+    m = _FRAC.fullmatch(s)
+    if m and int(m.group(3)) != 0:
+        value = Fraction(int(m.group(2)), int(m.group(3)))
+        return -value if m.group(1) else value
+    return None
 
 
 def _symbolic_equal(pred: str, gold: str, conn) -> None:
@@ -114,6 +131,9 @@ class MathGrader:
             return False
         if p == g:
             return True
+        pn, gn = _number(p), _number(g)
+        if pn is not None and gn is not None:  # plain numbers: exact, no symbolic parse
+            return pn == gn
         return self._bounded_symbolic(p, g)
 
     def _bounded_symbolic(self, pred: str, gold: str) -> bool:
