@@ -1,0 +1,135 @@
+"""The embedded default model: a tiny Qwen3 trained by supervised fine-tuning on the synthetic task.
+
+Qwen3 architecture with head_dim 64, so that vLLM's CPU attention serves it. Training uses the character
+tokenizer, the synthetic chains with their detours, and a loss on the response tokens only. It is
+deterministic for a seed and takes a few minutes on a 2-core CPU. The checkpoint is a normal Hugging Face
+directory under ``$BSB_CACHE`` (default ``~/.cache/bsb``), keyed by the training settings, and is reused when
+present.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from bsb.tasks.synthetic import make_problem, training_chains
+from bsb.tasks.tokenizer import char_tokenizer
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    seed: int = 0
+    steps: int = 420  # optimizer steps (about 165 s on 2 cores)
+    batch: int = 32  # chains per step
+    lr: float = 3e-3
+    hidden: int = 128  # d_model (2 heads of 64)
+    layers: int = 4
+    ops: tuple[int, ...] = (1, 2, 2, 3, 3, 4)  # difficulties in the training set (drawn uniformly from this tuple)
+    detour_frac: float = 0.3
+    max_operand: int = 9  # operands are drawn from [0, max_operand]
+
+    def key(self) -> str:
+        return "tiny-qwen3-" + "-".join(f"{k}{v}" for k, v in asdict(self).items()).replace(" ", "").replace(",", "_").replace("(", "").replace(")", "")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("BSB_CACHE", Path.home() / ".cache" / "bsb"))
+
+
+def _model(cfg: TinyConfig, vocab: int, tok):
+    import transformers
+
+    mcfg = transformers.Qwen3Config(
+        vocab_size=vocab, hidden_size=cfg.hidden, intermediate_size=4 * cfg.hidden, num_hidden_layers=cfg.layers,
+        num_attention_heads=cfg.hidden // 64, num_key_value_heads=cfg.hidden // 64, head_dim=64, max_position_embeddings=512,
+        tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
+    )
+    return transformers.AutoModelForCausalLM.from_config(mcfg)
+
+
+def train_tiny_model(cfg: TinyConfig = TinyConfig(), out_dir: str | Path | None = None, progress: bool = True) -> Path:
+    """Train (or reuse) the tiny model; returns its checkpoint directory."""
+    out = Path(out_dir) if out_dir is not None else cache_dir() / cfg.key()
+    if (out / "config.json").exists() and (out / "bsb_train.json").exists():
+        return out
+    from tqdm import tqdm
+
+    torch.manual_seed(cfg.seed)
+    tok = char_tokenizer()
+    model = _model(cfg, len(tok), tok).train()
+    chains = training_chains(cfg.steps * cfg.batch, seed=cfg.seed, ops=cfg.ops, detour_frac=cfg.detour_frac, max_operand=cfg.max_operand)
+    # Batches of one difficulty: similar lengths, so little compute goes to padding. Their order is shuffled.
+    chains.sort(key=lambda c: c.problem.n_ops)
+    order = list(range(cfg.steps))
+    random.Random(cfg.seed).shuffle(order)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warmup = max(1, cfg.steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / cfg.steps))))
+    start, losses = time.perf_counter(), []
+    bar = tqdm(range(cfg.steps), desc="training the tiny model", disable=not progress)
+    for step in bar:
+        batch = chains[order[step] * cfg.batch : (order[step] + 1) * cfg.batch]
+        ids, labels = _batch(tok, [c.problem.prompt for c in batch], [c.response for c in batch])
+        loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    seconds = time.perf_counter() - start
+    out.mkdir(parents=True, exist_ok=True)
+    model.eval().save_pretrained(out)
+    tok.save_pretrained(out)
+    (out / "bsb_train.json").write_text(json.dumps({"config": asdict(cfg), "seconds": seconds, "final_loss": losses[-1]}, indent=1))
+    return out
+
+
+def _batch(tok, prompts: list[str], responses: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids with labels on the response tokens only (and the EOS after them)."""
+    seqs, masks = [], []
+    for p, r in zip(prompts, responses):
+        pi = tok.encode(p, add_special_tokens=False)
+        ri = tok.encode(r, add_special_tokens=False) + [tok.eos_token_id]
+        seqs.append(pi + ri)
+        masks.append([False] * len(pi) + [True] * len(ri))
+    width = max(map(len, seqs))
+    ids = torch.full((len(seqs), width), tok.pad_token_id)
+    labels = torch.full((len(seqs), width), -100)
+    for i, (s, m) in enumerate(zip(seqs, masks)):
+        ids[i, : len(s)] = torch.tensor(s)
+        labels[i, : len(s)] = torch.where(torch.tensor(m), torch.tensor(s), torch.tensor(-100))
+    return ids, labels
+
+
+@torch.no_grad()
+def accuracy_by_difficulty(path: str | Path, per_op: int = 50, ops: tuple[int, ...] = (1, 2, 3, 4, 5), seed: int = 12345) -> dict[int, float]:
+    """Greedy accuracy on fresh problems (a seed disjoint from training) for each number of operations."""
+    import transformers
+
+    from bsb.tasks.math_grader import MathGrader
+
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+    max_operand = json.loads((Path(path) / "bsb_train.json").read_text())["config"].get("max_operand", 9)
+    grader, rng, out = MathGrader(), random.Random(seed), {}
+    for n in ops:
+        problems = [make_problem(rng, n, max_operand) for _ in range(per_op)]
+        enc = [tok.encode(p.prompt, add_special_tokens=False) for p in problems]
+        width = max(map(len, enc))
+        ids = torch.tensor([[tok.pad_token_id] * (width - len(e)) + e for e in enc])
+        gen = model.generate(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), max_new_tokens=40 * n + 40,
+                             do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        texts = tok.batch_decode(gen[:, width:], skip_special_tokens=True)
+        out[n] = sum(grader.grade(t, str(p.answer)) for t, p in zip(texts, problems)) / per_op
+    return out

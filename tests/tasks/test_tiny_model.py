@@ -1,0 +1,41 @@
+"""The embedded default model: a test-size variant trains from scratch, deterministically, and loads back."""
+
+import json
+
+import pytest
+import torch
+
+from bsb.tasks.tiny_model import TinyConfig, accuracy_by_difficulty, train_tiny_model
+
+transformers = pytest.importorskip("transformers")
+
+SMALL = TinyConfig(steps=6, batch=8, hidden=64, layers=2)
+
+
+def test_trains_loads_and_is_deterministic(tmp_path):
+    a = train_tiny_model(SMALL, tmp_path / "a", progress=False)
+    b = train_tiny_model(SMALL, tmp_path / "b", progress=False)
+    ma = transformers.AutoModelForCausalLM.from_pretrained(a)
+    mb = transformers.AutoModelForCausalLM.from_pretrained(b)
+    assert ma.config.head_dim == 64 and ma.config.model_type == "qwen3"
+    for (na, pa), (_, pb) in zip(ma.state_dict().items(), mb.state_dict().items()):
+        assert torch.equal(pa, pb), na
+    meta = json.loads((a / "bsb_train.json").read_text())
+    assert meta["config"]["steps"] == 6 and meta["final_loss"] > 0
+    tok = transformers.AutoTokenizer.from_pretrained(a)
+    assert tok.decode(tok.encode("= 3 * 4\n", add_special_tokens=False)) == "= 3 * 4\n"
+
+
+def test_cached_checkpoint_is_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("BSB_CACHE", str(tmp_path))
+    first = train_tiny_model(SMALL, progress=False)
+    assert first.parent == tmp_path and first.name == SMALL.key()
+    stamp = (first / "bsb_train.json").stat().st_mtime
+    assert train_tiny_model(SMALL, progress=False) == first
+    assert (first / "bsb_train.json").stat().st_mtime == stamp
+
+
+def test_accuracy_by_difficulty_runs(tmp_path):
+    path = train_tiny_model(SMALL, tmp_path, progress=False)
+    acc = accuracy_by_difficulty(path, per_op=3, ops=(1, 2))
+    assert set(acc) == {1, 2} and all(0.0 <= v <= 1.0 for v in acc.values())
