@@ -20,26 +20,13 @@ from pathlib import Path
 
 import torch
 
+from bsb.kernels import dispatch
+
 RESULTS = Path(__file__).parent / "results"
 HAS_CUDA = torch.cuda.is_available()
 
-PROVIDER_MODULES = {
-    "cpp": {
-        "probe_js": "bsb.kernels.cpu_probe",
-        "topk_logprobs": "bsb.kernels.cpu_probe",
-        "lens_logprobs": "bsb.kernels.cpu_lens",
-        "surprisal_entropy": "bsb.kernels.cpu_probe",
-        "logit_margin": "bsb.kernels.cpu_probe",
-    },
-    "triton": {
-        "probe_js": "bsb.kernels.triton_topk",
-        "topk_logprobs": "bsb.kernels.triton_topk",
-        "lens_logprobs": "bsb.kernels.triton_lens",
-        "surprisal_entropy": "bsb.kernels.triton_surprisal",
-        "logit_margin": "bsb.kernels.triton_margin",
-    },
-    "reference": {op: "bsb.kernels.reference" for op in ("probe_js", "topk_logprobs", "lens_logprobs", "surprisal_entropy", "logit_margin")},
-}
+# op -> module per provider: the dispatch table's, plus the reference for every op.
+PROVIDER_MODULES = {**dispatch.PROVIDERS, "reference": {op: "bsb.kernels.reference" for op in dispatch.OPS}}
 
 
 def device() -> str:

@@ -25,7 +25,7 @@ CHOICES = ("auto", "reference", "triton", "cpp")
 OPS = ("topk_logprobs", "floored_js", "probe_js", "lens_logprobs", "lens_readouts", "surprisal_entropy", "logit_margin")
 
 # op -> module providing it, per provider. Ops a provider lacks are served by the reference.
-_PROVIDERS: dict[str, dict[str, str]] = {
+PROVIDERS: dict[str, dict[str, str]] = {
     "cpp": {
         "topk_logprobs": "bsb.kernels.cpu_probe",
         "floored_js": "bsb.kernels.cpu_probe",
@@ -74,7 +74,7 @@ def _warn_once(key: str, message: str) -> None:
 def _build(device_type: str) -> dict[str, tuple[str, Callable]]:
     provider = _provider_for(device_type, requested())
     table = {op: ("reference", getattr(reference, op)) for op in OPS}
-    for op, module_name in _PROVIDERS.get(provider, {}).items():
+    for op, module_name in PROVIDERS.get(provider, {}).items():
         try:
             module = importlib.import_module(module_name)
         except ImportError as err:
