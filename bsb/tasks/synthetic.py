@@ -2,7 +2,7 @@
 
 A problem is a random expression tree over ``+ - *`` with ``n_ops`` operations, operands in
 ``[0, max_operand]`` and, when ``parens`` is on, sub-expressions that need parentheses. Its reference chain
-reduces one operation per line (the leftmost operation whose operands are both numbers, which respects
+reduces one operation per step (the leftmost operation whose operands are both numbers, which respects
 precedence because the tree encodes it) and ends with ``\\boxed{answer}``.
 
 Training chains also carry realistic detours, so that a model trained on them changes its answer belief
@@ -37,12 +37,13 @@ def _apply(op: str, a: int, b: int) -> int:
 
 
 def render(t: Tree, parent: str | None = None, right: bool = False) -> str:
-    """Minimal parentheses: a child binds weaker than its parent, or is the right operand of ``-`` at equal
-    precedence; negative numbers are parenthesised."""
+    """Parentheses where a child binds weaker than its parent, or is a right operand at equal precedence (so the
+    text parses back, left-associatively, to this very tree and the reduction order reads left to right);
+    negative numbers are parenthesised."""
     if isinstance(t, int):
         return f"({t})" if t < 0 else str(t)
     s = f"{render(t.left, t.op)} {t.op} {render(t.right, t.op, right=True)}"
-    if parent is not None and (_PREC[t.op] < _PREC[parent] or (right and parent == "-" and _PREC[t.op] == _PREC[parent])):
+    if parent is not None and (_PREC[t.op] < _PREC[parent] or (right and _PREC[t.op] == _PREC[parent])):
         return f"({s})"
     return s
 
@@ -115,7 +116,7 @@ class Chain:
 
 
 def make_chain(problem: ArithProblem, rng: random.Random, kind: str = "correct") -> Chain:
-    """A chain for ``problem``: one reduced expression per line, then ``\\boxed{answer}``."""
+    """A chain for ``problem``: one reduced operation per step (two lines), then ``\\boxed{answer}``."""
     if kind not in ("correct", "wrong", "corrected"):
         raise ValueError(f"kind must be 'correct', 'wrong' or 'corrected', got {kind!r}")
     for _ in range(100):  # a wrong step can be erased later (· 0); draw again until it is not
@@ -125,7 +126,14 @@ def make_chain(problem: ArithProblem, rng: random.Random, kind: str = "correct")
     raise ValueError(f"could not build a {kind!r} chain for {problem.expression}")
 
 
+def _num(x: int) -> str:
+    return f"({x})" if x < 0 else str(x)
+
+
 def _try_chain(problem: ArithProblem, rng: random.Random, kind: str) -> Chain | None:
+    """Each step is two lines: the operation it reduces with its value (``4 * 5 = 20``), then the expression
+    with that operation replaced (``= 3 + 20 - 2``). Stating the operation first makes every value a lookup of
+    one small fact and every expression a copy, which a tiny model learns in minutes."""
     lines, tree = [], problem.tree
     bad_step = rng.randrange(problem.n_ops) if kind != "correct" else None
     pivot = None
@@ -134,16 +142,17 @@ def _try_chain(problem: ArithProblem, rng: random.Random, kind: str) -> Chain | 
             wrong_by = rng.choice([-3, -2, -1, 1, 2, 3])
             wrong_tree, (op, a, b, written) = _reduce_once(tree, wrong_by)
             pivot = len(lines)
-            lines.append(f"= {render(wrong_tree)}")
+            lines.append(f"{_num(a)} {op} {_num(b)} = {_num(written)}")
             if kind == "wrong":
                 tree = wrong_tree
+                lines.append(f"= {render(tree)}")
                 continue
             tree, _ = _reduce_once(tree)
-            right = f"({a})" if a < 0 else str(a), f"({b})" if b < 0 else str(b)
-            lines.append(f"wait, {right[0]} {op} {right[1]} = {_apply(op, a, b)}, not {written}")
+            lines.append(f"wait, {_num(a)} {op} {_num(b)} = {_num(_apply(op, a, b))}, not {_num(written)}")
             lines.append(f"= {render(tree)}")
             continue
-        tree, _ = _reduce_once(tree)
+        tree, (op, a, b, value) = _reduce_once(tree)
+        lines.append(f"{_num(a)} {op} {_num(b)} = {_num(value)}")
         lines.append(f"= {render(tree)}")
     final = evaluate(tree)
     if kind == "wrong" and final == problem.answer:

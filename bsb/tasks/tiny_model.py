@@ -39,6 +39,9 @@ class TinyConfig:
         return "tiny-qwen3-" + "-".join(f"{k}{v}" for k, v in asdict(self).items()).replace(" ", "").replace(",", "_").replace("(", "").replace(")", "")
 
 
+EMBEDDED = TinyConfig()  # the embedded default model of `bsb demo` and `bsb train`
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("BSB_CACHE", Path.home() / ".cache" / "bsb"))
 

@@ -93,3 +93,24 @@ def test_token_stats_and_the_baselines_agree_with_hf(engine, hf):
         assert S.make_selector(name, cfg).select([ch], MASK, engine).forks == S.make_selector(name, cfg).select([ch], MASK, hf).forks
     with pytest.raises(ValueError, match="which VLLMBackend does not provide"):
         S.make_selector("lens_shift", S.SelectorConfig(suffix=[11])).select([ch], MASK, engine)
+
+
+def test_weight_sync_changes_generation_without_a_restart(engine, checkpoint):
+    """The trainer's per-step sync: after load_weights, greedy vLLM output equals HF greedy output of the new
+    weights (and differs from the old); the original weights are restored for any later test."""
+    original = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    changed = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for p in changed.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    prompts = [[5, 6, 7, 8], [20, 30, 40]]
+    before = engine.generate(prompts, max_new_tokens=12, temperature=0.0)
+    try:
+        engine.load_weights(changed.state_dict())
+        after = engine.generate(prompts, max_new_tokens=12, temperature=0.0)
+        expected = HFBackend(changed).generate(prompts, max_new_tokens=12, temperature=0.0, eos_token_id=1)
+        assert after == expected and after != before
+    finally:
+        engine.load_weights(original.state_dict())
+    assert engine.generate(prompts, max_new_tokens=12, temperature=0.0) == before

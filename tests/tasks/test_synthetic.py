@@ -8,11 +8,14 @@ from bsb.tasks.math_grader import MathGrader
 from bsb.tasks.synthetic import Op, evaluate, make_chain, make_problem, render, training_chains
 
 
-def test_render_uses_minimal_parentheses_and_keeps_the_value():
+def test_render_parenthesises_only_what_left_associative_parsing_needs():
     t = Op("-", 9, Op("-", 4, Op("*", Op("+", 1, 2), 3)))
     assert render(t) == "9 - (4 - (1 + 2) * 3)"
     assert eval(render(t)) == evaluate(t) == 14
     assert render(Op("+", -3, 2)) == "(-3) + 2"
+    # a right operand at equal precedence keeps its parentheses, so the text reads in the tree's order
+    assert render(Op("+", Op("-", 0, 8), Op("-", 0, 9))) == "0 - 8 + (0 - 9)"
+    assert render(Op("-", Op("+", 1, 2), 3)) == "1 + 2 - 3"
 
 
 @pytest.mark.parametrize("n_ops", [1, 2, 3, 5, 8])
@@ -26,13 +29,18 @@ def test_problems_have_n_ops_and_python_agrees(n_ops, parens):
         assert eval(p.expression) == p.answer
 
 
-def test_reference_chains_reduce_one_op_per_line_and_verify():
+def test_reference_chains_reduce_one_op_per_step_and_verify():
     rng, grader = random.Random(0), MathGrader()
     for _ in range(50):
         p = make_problem(rng, rng.randint(1, 5))
         c = make_chain(p, rng)
         lines = c.response.splitlines()
-        assert len(lines) == p.n_ops + 1 and all(eval(line[2:]) == p.answer for line in lines[:-1])
+        facts, exprs = lines[0:-1:2], lines[1:-1:2]
+        assert len(lines) == 2 * p.n_ops + 1 and len(facts) == len(exprs) == p.n_ops
+        for fact, expr in zip(facts, exprs):  # "a op b = c" is a true fact, and "= expr" keeps the value
+            lhs, rhs = fact.split(" = ")
+            assert eval(lhs) == eval(rhs) and expr.startswith("= ") and eval(expr[2:]) == p.answer
+        assert exprs[-1] == f"= {render(p.answer)}"
         assert grader.grade(c.response, str(p.answer))
 
 

@@ -1,0 +1,124 @@
+"""Per-token advantages of one prompt's tree: TreeRL (seed 000 Eq. 7), flat GRPO, and seed 001's prefix credit.
+
+Every function takes a :class:`~bsb.train.tree.PromptTree` with rewards filled in and returns one float32
+tensor per leaf, of the leaf's response length: the advantage of each response token.
+
+* :func:`treerl_advantages`, Eq. 7: ``A = [(V − V̄) + (V − μ)] / sqrt(|L|)`` per node, with V the node's
+  subtree-mean reward, μ the mean V of the node and its siblings, V̄ the tree mean and |L| its descendant
+  leaves. A prefix node's advantage goes to the shared tokens ``response[:prefix_len]`` of each of its leaves; a
+  leaf's to its own tokens. Not standardised (the paper uses no std normalisation). With ``newline_mask`` the
+  segment advantage is subdivided width-proportionally across its sub-segments (App. A, the OLMo setting):
+  a segment split at line breaks into pieces of widths w_j (summing to W) gives each token of piece j
+  ``A · w_j / W``.
+* :func:`grpo_advantages`, the flat chain baseline: ``(R − R̄) / (σ_R + 1e-4)`` on every token (σ_R the
+  population standard deviation of the group's rewards).
+* :func:`prefix_credit_advantages`, seed 001 §4.3: for a group k with a shared prefix,
+  ``A_prefix = (Ṽ_k − R̄)/(σ_R + 1e-4)`` with ``Ṽ_k = (1 − β) V̂_k + β M_k`` (descendant mean V̂, max backup M),
+  and ``A_cont = ((1 − α)(R − R̄) + α (R − V̂_k))/(σ_R + 1e-4)`` on the continuation; a group with no shared
+  prefix gets plain leaf credit ``(R − R̄)/(σ_R + 1e-4)`` on all tokens.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from bsb.train.tree import PromptTree
+
+STD_EPS = 1e-4  # seed 001's σ_R + 1e-4
+
+
+def _broadcast(tree: PromptTree, prefix_adv: dict[int, float], leaf_adv: list[float]) -> list[torch.Tensor]:
+    out = []
+    for i, leaf in enumerate(tree.leaves):
+        a = torch.full((len(leaf.response),), leaf_adv[i], dtype=torch.float32)
+        a[: leaf.prefix_len] = prefix_adv.get(leaf.group, leaf_adv[i])
+        out.append(a)
+    return out
+
+
+def _width_factors(tokens: list[int], newline_mask: torch.Tensor) -> torch.Tensor:
+    """(len(tokens),) factor w_j / W for each token of a segment cut after every line-break token."""
+    n = len(tokens)
+    if n == 0:
+        return torch.ones(0)
+    ends = [i + 1 for i, t in enumerate(tokens) if bool(newline_mask[t])]
+    bounds = sorted({0, n, *ends})
+    f = torch.empty(n)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        f[a:b] = (b - a) / n
+    return f
+
+
+def treerl_advantages(tree: PromptTree, newline_mask: torch.Tensor | None = None) -> list[torch.Tensor]:
+    leaves = tree.leaves
+    if not leaves:
+        return []
+    rewards = [leaf.reward for leaf in leaves]
+    v_bar = sum(rewards) / len(rewards)
+    groups = tree.groups()
+    shared = {g: idx for g, idx in groups.items() if leaves[idx[0]].prefix_len > 0}
+    v_group = {g: sum(rewards[i] for i in idx) / len(idx) for g, idx in shared.items()}
+    # The root's children: one prefix node per sharing group, and every leaf of a non-sharing group.
+    root_children = list(v_group.values()) + [rewards[i] for g, idx in groups.items() if g not in shared for i in idx]
+    mu_root = sum(root_children) / len(root_children)
+    prefix_adv = {g: ((v - v_bar) + (v - mu_root)) / math.sqrt(len(shared[g])) for g, v in v_group.items()}
+    leaf_adv = [(r - v_bar) + (r - v_group.get(leaf.group, mu_root)) for r, leaf in zip(rewards, leaves)]
+    out = _broadcast(tree, prefix_adv, leaf_adv)
+    if newline_mask is not None:
+        for a, leaf in zip(out, leaves):
+            p = leaf.prefix_len
+            a[:p] *= _width_factors(leaf.response[:p], newline_mask)
+            a[p:] *= _width_factors(leaf.response[p:], newline_mask)
+    return out
+
+
+def _mean_std(rewards: list[float]) -> tuple[float, float]:
+    r = torch.tensor(rewards, dtype=torch.float64)
+    return r.mean().item(), r.std(correction=0).item()
+
+
+def grpo_advantages(tree: PromptTree) -> list[torch.Tensor]:
+    if not tree.leaves:
+        return []
+    mean, std = _mean_std(tree.rewards)
+    return [torch.full((len(leaf.response),), (leaf.reward - mean) / (std + STD_EPS), dtype=torch.float32) for leaf in tree.leaves]
+
+
+def prefix_credit_advantages(tree: PromptTree, beta: float = 0.0, alpha: float = 0.5) -> list[torch.Tensor]:
+    if not 0.0 <= beta <= 1.0 or not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"beta and alpha must be in [0, 1], got beta={beta}, alpha={alpha}")
+    if not tree.leaves:
+        return []
+    rewards = tree.rewards
+    r_bar, std = _mean_std(rewards)
+    scale = 1.0 / (std + STD_EPS)
+    prefix_adv, v_hat = {}, {}
+    for g, idx in tree.groups().items():
+        if tree.leaves[idx[0]].prefix_len > 0:
+            v_hat[g] = sum(rewards[i] for i in idx) / len(idx)
+            m = max(rewards[i] for i in idx)
+            prefix_adv[g] = ((1 - beta) * v_hat[g] + beta * m - r_bar) * scale
+    leaf_adv = []
+    for r, leaf in zip(rewards, tree.leaves):
+        if leaf.group in v_hat:
+            leaf_adv.append(((1 - alpha) * (r - r_bar) + alpha * (r - v_hat[leaf.group])) * scale)
+        else:
+            leaf_adv.append((r - r_bar) * scale)
+    return _broadcast(tree, prefix_adv, leaf_adv)
+
+
+ADVANTAGES = ("treerl", "grpo", "prefix_credit")
+
+
+def advantages(tree: PromptTree, kind: str, newline_mask: torch.Tensor | None = None, beta: float = 0.0, alpha: float = 0.5,
+               subsegments: bool = False) -> list[torch.Tensor]:
+    """Dispatch on ``kind`` (one of :data:`ADVANTAGES`)."""
+    if kind == "treerl":
+        return treerl_advantages(tree, newline_mask if subsegments else None)
+    if kind == "grpo":
+        return grpo_advantages(tree)
+    if kind == "prefix_credit":
+        return prefix_credit_advantages(tree, beta, alpha)
+    raise ValueError(f"unknown advantage {kind!r}; choose one of {', '.join(ADVANTAGES)}")

@@ -1,0 +1,81 @@
+"""Policy-gradient losses on token log-probabilities, and the zero-gradient optimizer step.
+
+* :func:`composite_loss` (seed 000 App. A, DAPO-style): PPO ratios against the rollout policy's log-probs,
+  asymmetric clipping ``clip(r, 1 − 0.2, 1 + 0.28)``, token-mean aggregation over every response token of
+  the mini-batch, no KL term, no entropy bonus.
+* :func:`flat_loss` (seed 001 §1): ``−(1/G) Σ_i Σ_t A_{i,t} log π(y_t)``, sequence-summed log-probs with each
+  token's NLL weighted before the sum (seed 001's ``compute_weighted_logprob``).
+* :func:`zero_grad_step` (seed 001 §3.2): ``param.grad = zeros_like(param); optimizer.step()``. It keeps the
+  AdamW moment decay, bias correction and weight decay of a homogeneous step without a backward pass, and is
+  bitwise equal to a 0-weighted backward on the same trajectory (tested).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+LOSSES = ("composite", "flat")
+
+
+def pad_batch(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int):
+    """Right-padded ``ids`` (B, W), ``attn`` (B, W), and the response slice of each row as
+    ``resp_mask`` (B, R) with R the longest response; response token j of row i sits at ``ids[i, len(p_i) + j]``."""
+    if len(prompts) != len(responses) or not prompts:
+        raise ValueError("pad_batch needs as many prompts as responses, at least one")
+    lens = [len(p) + len(r) for p, r in zip(prompts, responses)]
+    width, rmax = max(lens), max(1, max(len(r) for r in responses))
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(prompts), width), dtype=torch.long)
+    resp_mask = torch.zeros((len(prompts), rmax), dtype=torch.bool)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        ids[i, : lens[i]] = torch.tensor(list(p) + list(r), dtype=torch.long)
+        attn[i, : lens[i]] = 1
+        resp_mask[i, : len(r)] = True
+    return ids, attn, resp_mask
+
+
+def response_logprobs(model, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """log π(y_t | x, y_<t) of every response token: ``(logp (B, R), mask (B, R))``, differentiable."""
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token (the first response token is predicted from it)")
+    ids, attn, mask = pad_batch(prompts, responses, pad_id)
+    device = next(model.parameters()).device
+    logits = model(input_ids=ids.to(device), attention_mask=attn.to(device)).logits  # (B, W, V)
+    rows = []
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        pred = logits[i, len(p) - 1 : len(p) - 1 + len(r)].float()  # (|r|, V): position t predicts token t + 1
+        lp = -F.cross_entropy(pred, ids[i, len(p) : len(p) + len(r)].to(device), reduction="none")
+        rows.append(F.pad(lp, (0, mask.shape[1] - len(r))))
+    return torch.stack(rows), mask.to(device)
+
+
+def composite_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, n_tokens: int | None = None,
+                   clip_low: float = 0.2, clip_high: float = 0.28) -> tuple[torch.Tensor, dict]:
+    """Clipped surrogate, token-mean over ``n_tokens`` (default: the mask's count; pass the whole mini-batch's
+    count when it is split into micro-batches). Returns the loss and the clip fraction."""
+    m = mask.float()
+    ratio = torch.exp(logp - old_logp)
+    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    surrogate = torch.minimum(ratio * adv, clipped * adv)
+    denom = n_tokens if n_tokens is not None else max(1, int(mask.sum()))
+    loss = -(surrogate * m).sum() / denom
+    clip_frac = (((ratio - clipped).abs() > 0).float() * m).sum().item() / max(1.0, m.sum().item())
+    return loss, {"clip_frac": clip_frac}
+
+
+def flat_loss(logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, n_sequences: int | None = None) -> tuple[torch.Tensor, dict]:
+    """Sequence-summed weighted NLL averaged over ``n_sequences`` (default: the rows given)."""
+    g = n_sequences if n_sequences is not None else logp.shape[0]
+    return -((adv * logp) * mask.float()).sum() / g, {"clip_frac": 0.0}
+
+
+def zero_grad_step(optimizer: torch.optim.Optimizer) -> None:
+    """The optimizer step of a homogeneous group without its backward pass."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+    optimizer.step()

@@ -1,0 +1,105 @@
+"""Seed 001's two-stage branched rollout (§4.2): K root prefixes stopped at the causal newline time, B
+continuations each, and three rules for a root that ends (EOS) before its stopping time.
+
+Stage 1 samples K roots of up to ``t_max`` tokens. The causal stopping time of a root ``p`` is
+``τ_causal = min(t_max, first t >= t_min whose token contains a line break)`` (1-based, so the prefix
+``p[:τ]`` ends with that token), and ``T_EOS`` the 1-based position of its EOS. Sampling ``t_max`` tokens and
+cutting at τ is the same in distribution as stopping there. When ``T_EOS > τ_causal`` every rule shares the
+prefix ``u = p[:τ_causal]`` and draws B continuations of up to ``max_tokens − τ`` tokens. When
+``T_EOS <= τ_causal`` (early EOS):
+
+* ``terminal_dup`` (the F_t-stopped tree): ``τ = T_EOS``; ``u = p[:T_EOS]`` is an absorbing leaf and its B
+  descendants have empty continuations. Every leaf has exactly the capped policy's marginal.
+* ``root_resample``: ``τ`` is set to 0 after the fact; branch 1 keeps the early-EOS root, branches 2..B are
+  drawn fresh from the prompt. Not F_0-measurable: branch b >= 2 ends early with probability p², not p.
+* ``midpoint_fallback`` (seed 001 Arms 9-10): a root of at least ``min_split`` tokens keeps its completed
+  text as branch 1 and re-rolls branches 2..B from the line break nearest its midpoint (or the midpoint when it
+  has none), so the B leaves share that prefix; a shorter one is duplicated as in ``terminal_dup``. Outcome-dependent as well.
+
+The ``generate`` argument is any backend's ``generate(prompts, max_new_tokens, temperature, top_p, seed,
+eos_token_id)``, so the rules can be run on a scripted finite policy (see the tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from bsb.train.tree import Leaf
+
+EARLY_EOS_RULES = ("terminal_dup", "root_resample", "midpoint_fallback")
+
+
+@dataclass(frozen=True)
+class TwoStageConfig:
+    roots: int = 4  # K
+    branches: int = 2  # B
+    t_min: int = 96  # T_min of the causal stopping time
+    t_max: int = 160  # T_max: stage-1 length and the latest stop
+    max_tokens: int = 512  # total response cap
+    early_eos: str = "terminal_dup"
+    min_split: int = 32  # midpoint_fallback: shortest early-EOS root that is split
+
+    def __post_init__(self):
+        if self.early_eos not in EARLY_EOS_RULES:
+            raise ValueError(f"early_eos must be one of {', '.join(EARLY_EOS_RULES)}, got {self.early_eos!r}")
+        if self.roots < 1 or self.branches < 1:
+            raise ValueError(f"roots and branches must be >= 1, got {self.roots} and {self.branches}")
+        if not 1 <= self.t_min <= self.t_max < self.max_tokens:
+            raise ValueError(f"need 1 <= t_min <= t_max < max_tokens, got {self.t_min}, {self.t_max}, {self.max_tokens}")
+
+
+def causal_tau(tokens: list[int], newline_mask: torch.Tensor, t_min: int, t_max: int) -> int:
+    """τ_causal (1-based): the first position >= t_min holding a line-break token, else t_max."""
+    for t in range(t_min, min(t_max, len(tokens)) + 1):
+        if bool(newline_mask[tokens[t - 1]]):
+            return t
+    return t_max
+
+
+def _midpoint_cut(tokens: list[int], newline_mask: torch.Tensor) -> int:
+    n = len(tokens)
+    cuts = [i + 1 for i, t in enumerate(tokens[: n - 1]) if bool(newline_mask[t])]
+    return min(cuts, key=lambda c: (abs(c - n / 2), c)) if cuts else max(1, n // 2)
+
+
+def two_stage_rollout(generate: Callable, prompt: list[int], cfg: TwoStageConfig, newline_mask: torch.Tensor, eos_id: int,
+                      temperature: float = 1.0, top_p: float = 1.0, seed: int = 0) -> tuple[list[Leaf], dict]:
+    """K·B leaves for one prompt (group k = root k) and the pair census
+    ``{"causal_non_eos": …, "terminal_dup": …, "tau_zero": …, "midpoint_fallback": …}``."""
+    kw = dict(temperature=temperature, top_p=top_p, eos_token_id=eos_id)
+    roots = generate([prompt] * cfg.roots, max_new_tokens=cfg.t_max, seed=seed, **kw)
+    census = dict.fromkeys(("causal_non_eos", "terminal_dup", "tau_zero", "midpoint_fallback"), 0)
+    plan = []  # (group, prefix tokens, prefix_len kept on the leaf, budget) of each continuation to draw
+    leaves: list[Leaf] = []
+    for k, p in enumerate(roots):
+        tau = causal_tau(p, newline_mask, cfg.t_min, cfg.t_max)
+        t_eos = p.index(eos_id) + 1 if eos_id in p else None
+        if t_eos is None or t_eos > tau:
+            census["causal_non_eos"] += 1
+            plan += [(k, p[:tau], tau, cfg.max_tokens - tau)] * cfg.branches
+            continue
+        done = p[:t_eos]
+        rule = cfg.early_eos
+        if rule == "midpoint_fallback" and len(done) < cfg.min_split:
+            rule = "terminal_dup"
+        if rule == "terminal_dup":
+            census["terminal_dup"] += 1
+            leaves += [Leaf(prompt, list(done), k, t_eos) for _ in range(cfg.branches)]
+        elif rule == "root_resample":
+            census["tau_zero"] += 1
+            leaves.append(Leaf(prompt, list(done), k, 0))
+            plan += [(k, [], 0, cfg.max_tokens)] * (cfg.branches - 1)
+        else:
+            census["midpoint_fallback"] += 1
+            cut = _midpoint_cut(done, newline_mask)
+            leaves.append(Leaf(prompt, list(done), k, cut))
+            plan += [(k, done[:cut], cut, cfg.max_tokens - cut)] * (cfg.branches - 1)
+    if plan:
+        conts = generate([prompt + u for _, u, _, _ in plan], max_new_tokens=max(b for *_, b in plan), seed=seed + 7919, **kw)
+        for (k, u, keep, budget), v in zip(plan, conts):
+            leaves.append(Leaf(prompt, list(u) + list(v[:budget]), k, keep, origin="sibling"))
+    leaves.sort(key=lambda leaf: leaf.group)  # stable: each group's leaves stay in the order drawn
+    return leaves, census

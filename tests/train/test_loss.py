@@ -1,0 +1,79 @@
+"""Losses against hand computations, and seed 001's zero-gradient AdamW step (bitwise, fixed trajectory)."""
+
+import pytest
+import torch
+
+from bsb.train.loss import composite_loss, flat_loss, pad_batch, response_logprobs, zero_grad_step
+
+transformers = pytest.importorskip("transformers")
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    cfg = transformers.Qwen3Config(vocab_size=32, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=1,
+                                   num_key_value_heads=1, head_dim=64, max_position_embeddings=64, pad_token_id=0, eos_token_id=1)
+    return transformers.AutoModelForCausalLM.from_config(cfg).float()
+
+
+def test_composite_loss_clips_asymmetrically_and_averages_over_tokens():
+    logp = torch.log(torch.tensor([[1.5, 0.5, 1.1]]))  # ratios 1.5, 0.5, 1.1 against old log-probs 0
+    old = torch.zeros(1, 3)
+    mask = torch.tensor([[True, True, True]])
+    adv = torch.tensor([[1.0, -1.0, 2.0]])
+    loss, info = composite_loss(logp, old, adv, mask)
+    # min(r A, clip(r, 0.8, 1.28) A): 1.28, -0.8, 2.2
+    assert loss.item() == pytest.approx(-(1.28 - 0.8 + 2.2) / 3)
+    assert info["clip_frac"] == pytest.approx(2 / 3)
+    loss_all, _ = composite_loss(logp, old, adv, mask, n_tokens=6)  # a micro-batch of a 6-token mini-batch
+    assert loss_all.item() == pytest.approx(loss.item() / 2)
+
+
+def test_flat_loss_sums_weighted_token_log_probs_per_sequence():
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, 0.0]])
+    mask = torch.tensor([[True, True], [True, False]])
+    adv = torch.tensor([[1.0, 1.0], [-2.0, -2.0]])
+    loss, _ = flat_loss(logp, adv, mask)
+    assert loss.item() == pytest.approx(-((-3.0) + (1.0)) / 2)
+
+
+def test_response_logprobs_match_a_plain_forward():
+    model = tiny_model()
+    prompts, responses = [[2, 3, 4], [5]], [[6, 7], [8, 9, 10]]
+    logp, mask = response_logprobs(model, prompts, responses, pad_id=0)
+    assert mask.tolist() == [[True, True, False], [True, True, True]]
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        full = torch.log_softmax(model(torch.tensor([p + r])).logits[0].float(), -1)
+        ref = torch.stack([full[len(p) - 1 + j, t] for j, t in enumerate(r)])
+        torch.testing.assert_close(logp[i, : len(r)], ref, atol=1e-5, rtol=1e-5)
+    ids, attn, _ = pad_batch(prompts, responses, 0)
+    assert ids.shape == (2, 5) and attn.sum().item() == 9
+
+
+def _trajectory(homogeneous: str):
+    """Steps active, homogeneous, active, homogeneous, active on fixed rows; returns params and AdamW state."""
+    model = tiny_model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    prompts, responses = [[2, 3], [4, 5]], [[6, 7, 8], [9, 10]]
+    for step in range(5):
+        adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, 0.0]]) * (step % 2 == 0)
+        if step % 2 == 1 and homogeneous == "zero_grad_step":
+            zero_grad_step(opt)
+            continue
+        if step % 2 == 1 and homogeneous == "skip_step":
+            continue
+        opt.zero_grad(set_to_none=True)
+        logp, mask = response_logprobs(model, prompts, responses, 0)
+        loss, _ = composite_loss(logp, logp.detach(), adv, mask)
+        loss.backward()
+        opt.step()
+    state = [(s["exp_avg"].clone(), s["exp_avg_sq"].clone(), s["step"].clone()) for s in opt.state.values()]
+    return [p.detach().clone() for p in model.parameters()], state
+
+
+def test_zero_gradient_step_is_bitwise_equal_to_a_zero_weighted_backward():
+    p_backward, s_backward = _trajectory("backward")
+    p_zero, s_zero = _trajectory("zero_grad_step")
+    assert all(torch.equal(a, b) for a, b in zip(p_backward, p_zero))
+    assert all(torch.equal(x, y) for a, b in zip(s_backward, s_zero) for x, y in zip(a, b))
+    p_skip, _ = _trajectory("skip_step")  # skipping the step drops the moment decay and weight decay: it differs
+    assert not all(torch.equal(a, b) for a, b in zip(p_backward, p_skip))
