@@ -4,64 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 
 def _demo(args: argparse.Namespace) -> int:
-    """Every selector of the engine on chains sampled from a tiny randomly initialised Qwen3.
+    from bsb.demo import DemoConfig, run_demo
 
-    Until the embedded default (a tiny model trained on the synthetic task) exists, the model is random and the
-    tokens 0..15 of its 512-token vocabulary stand for line breaks, so sampled chains have step boundaries.
-    """
-    import torch
-    import transformers
-    from rich.console import Console
-    from rich.table import Table
-    from tqdm import tqdm
-
-    from bsb import kernels
-    from bsb.engine.hf_backend import HFBackend
-    from bsb.engine.selectors import SELECTORS, ChainInput, SelectorConfig, make_selector
-
-    torch.manual_seed(args.seed)
-    cfg = transformers.Qwen3Config(
-        vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=64, max_position_embeddings=1024, tie_word_embeddings=False,
-        eos_token_id=511, pad_token_id=510,
-    )
-    backend = HFBackend(transformers.AutoModelForCausalLM.from_config(cfg))
-    newline = torch.zeros(cfg.vocab_size, dtype=torch.bool)
-    newline[:16] = True
-    t0 = time.perf_counter()
-    prompts = [torch.randint(16, 500, (12,)).tolist() for _ in range(args.chains)]
-    responses = backend.generate(prompts, max_new_tokens=args.chain_len, temperature=1.0, seed=args.seed)
-    rollout_s, rollout_tokens = time.perf_counter() - t0, sum(map(len, responses))
-    chains = [ChainInput(p, r, answer=[100, 101]) for p, r in zip(prompts, responses)]
-    config = SelectorConfig(suffix=[500, 501, 502, 503, 504, 505], max_candidates=16, seed=args.seed, margin_window=(4, 64))
-
-    console = Console()
-    table = Table(title=f"Fork positions on {len(chains)} chains sampled from a random tiny Qwen3 (kernels: "
-                        f"probe_js={kernels.implementation('probe_js')}, lens={kernels.implementation('lens_logprobs')})")
-    table.add_column("selector")
-    for i, ch in enumerate(chains):
-        table.add_column(f"chain {i} ({len(ch.response)} tok)", justify="right")
-    table.add_column("reads / rollout tokens", justify="right")
-    table.add_column("time", justify="right")
-    reasons = set()
-    for name in tqdm([n for n in SELECTORS if n != "bsv"], desc="selectors", leave=False):
-        start = time.perf_counter()
-        sel = make_selector(name, config).select(chains, newline, backend)
-        spent = time.perf_counter() - start
-        cells = []
-        for c in sel.choices:
-            cells.append("unforkable" if c.fork is None else f"{c.fork}*" if c.fallback else str(c.fork))
-            reasons.update({c.fallback} - {""})
-        table.add_row(name, *cells, f"{sel.token_forwards / rollout_tokens:.2f}", f"{spent:.2f}s")
-    console.print(table)
-    if reasons:
-        console.print("* fell back to Midpoint or a single candidate: " + "; ".join(sorted(reasons)))
-    console.print(f"Rollout: {rollout_tokens} tokens in {rollout_s:.2f}s. Scores are fork-before; a pool has at most "
-                  f"{config.max_candidates} newline candidates. bsv needs a fitted direction (bsb.engine.bsv) and is skipped.")
+    cfg = DemoConfig(model=args.model, problems=args.problems, n_problems=args.chains, max_response=args.max_response,
+                     n_mc=args.n_mc, seed=args.seed, out=args.out, quick=args.quick)
+    if args.quick:
+        cfg.n_problems, cfg.n_mc, cfg.max_response = min(cfg.n_problems, 2), min(cfg.n_mc, 2), min(cfg.max_response, 64)
+    run_demo(cfg)
     return 0
 
 
@@ -82,23 +34,86 @@ def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
+def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from bsb.eval.validate import ValidateConfig, run_validate
+
+    try:
+        cfg = ValidateConfig(model=args.model, problems=args.problems, n_problems=args.n_problems, m=args.m, n_mc=args.n_mc, b=args.b,
+                             temperature=args.temperature, max_response=args.max_response, seed=args.seed, out_dir=args.out,
+                             backend=args.backend, bsv_path=args.bsv, **({"selectors": tuple(args.selectors)} if args.selectors else {}))
+    except ValueError as err:
+        parser.error(str(err))
+    result = run_validate(cfg)
+    if not result["ranking"]:
+        print("every V* curve was flat: no selector can be scored (more problems, or a model that solves some of them)")
+        return 0
+    first = result["ranking"][0]
+    print(f"ranks first: {first} (mean E {result['mean_error'][first]:.3f}; oracle floor {result['floor']:.3f})")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from bsb.eval.evaluate import EvaluateConfig, run_evaluate
+
+    if args.k < 1 or args.n_problems < 1:
+        parser.error("--k and --n-problems must be >= 1")
+    cfg = EvaluateConfig(model=args.model, problems=args.problems, n_problems=args.n_problems, k=args.k, temperature=args.temperature,
+                         max_response=args.max_response, seed=args.seed, out_dir=args.out)
+    run_evaluate(cfg)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bsb", description="Belief-shift branching for tree-structured RLVR")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="belief reads on the embedded default")
+    demo = sub.add_parser("demo", help="every selector on sampled chains, read costs, and a V* case plot (embedded default)")
+    demo.add_argument("model", nargs="?", default="embedded", help="a local Hugging Face model directory (default: the embedded tiny model)")
+    demo.add_argument("problems", nargs="?", default=None, help="a JSONL/Parquet problem file (default: synthetic arithmetic)")
+    demo.add_argument("--chains", type=int, default=4, help="chains to sample, one per problem")
+    demo.add_argument("--max-response", type=int, default=160, help="response token cap")
+    demo.add_argument("--n-mc", type=int, default=8, help="completions per boundary for the value curve V*")
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--chain-len", type=int, default=160, help="max tokens of each sampled chain")
-    demo.add_argument("--chains", type=int, default=3, help="chains to sample")
+    demo.add_argument("--out", default="bsb_demo.png", help="where the figure goes")
+    demo.add_argument("--quick", action="store_true", help="a test-size model and tiny budgets: checks the pipeline in seconds")
     train = sub.add_parser("train", help="tree RLVR training (vLLM rollouts when installed)")
     train.add_argument("--config", help="YAML file of TrainConfig fields (see bsb/train/config.py)")
     train.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="override config fields, e.g. --set selector=entropy steps=20")
     train.add_argument("--no-resume", action="store_true", help="start over even if out_dir holds a checkpoint")
+    val = sub.add_parser("validate", help="pre-RL validation: selectors' top-B boundaries against Monte-Carlo V* curves")
+    val.add_argument("model", nargs="?", default="embedded", help="a local HF model directory (default: the embedded tiny model)")
+    val.add_argument("problems", nargs="?", default=None, help="a JSONL/Parquet problem file (default: synthetic arithmetic)")
+    val.add_argument("--n-problems", type=int, default=24)
+    val.add_argument("--m", type=int, default=128, help="candidate boundaries per chain")
+    val.add_argument("--n-mc", type=int, default=16, help="completions per boundary")
+    val.add_argument("--b", type=int, default=10, help="boundaries each selector keeps")
+    val.add_argument("--temperature", type=float, default=0.7)
+    val.add_argument("--max-response", type=int, default=160)
+    val.add_argument("--selectors", nargs="*", help="selectors to rank (default: every boundary selector)")
+    val.add_argument("--bsv", help="a fitted BSV direction file (adds the bsv selector)")
+    val.add_argument("--backend", default="auto", choices=("auto", "hf", "vllm"), help="completions through vLLM (auto: when installed)")
+    val.add_argument("--seed", type=int, default=0)
+    val.add_argument("--out", default="runs/validate", help="output directory (rerun with the same one to resume)")
+    ev = sub.add_parser("evaluate", help="test-time voting (k=3) and native branching rules with bootstrap CIs")
+    ev.add_argument("model", nargs="?", default="embedded")
+    ev.add_argument("problems", nargs="?", default=None)
+    ev.add_argument("--n-problems", type=int, default=64)
+    ev.add_argument("--k", type=int, default=3)
+    ev.add_argument("--temperature", type=float, default=0.6)
+    ev.add_argument("--max-response", type=int, default=160)
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--out", default="runs/evaluate")
     args = parser.parse_args(argv)
+    if args.command == "validate":
+        return _validate(args, parser)
+    if args.command == "evaluate":
+        return _evaluate(args, parser)
     if args.command == "train":
         return _train(args, parser)
     if args.command == "demo":
-        if args.chains < 1 or args.chain_len < 8:
-            parser.error("--chains must be >= 1 and --chain-len >= 8")
+        if args.chains < 1 or args.max_response < 8 or args.n_mc < 1:
+            parser.error("--chains and --n-mc must be >= 1 and --max-response >= 8")
+        if args.model != "embedded" and args.problems is None:
+            parser.error("a model other than the embedded default needs a problem file: bsb demo MODEL PROBLEMS")
         return _demo(args)
     return 1
 

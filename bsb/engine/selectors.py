@@ -273,6 +273,8 @@ class ProbeJS(Selector):
     def score(self, chain, pool, backend, index):
         if not self.config.suffix:
             raise ValueError("probe_js needs SelectorConfig.suffix (the elicitation suffix token ids)")
+        if len(pool.positions) < 2:
+            raise CannotScore("one boundary: no belief change to score")
         prompt = list(chain.prompt)
         prefix, cuts = prompt + list(chain.response), [len(prompt) + t for t in pool.positions]
         c = self.config
@@ -294,6 +296,8 @@ class LensShift(Selector):
             raise ValueError("lens_shift needs SelectorConfig.suffix (the elicitation suffix token ids)")
         if not chain.answer:
             raise CannotScore("no committed answer to teacher-force")
+        if len(pool.positions) < 2:
+            raise CannotScore("one boundary: no belief change to score")
         prompt, answer = list(chain.prompt), list(chain.answer)
         reads = backend.reads(prompt + list(chain.response), [len(prompt) + t for t in pool.positions], self.config.suffix,
                               answer, with_hidden=True)

@@ -81,3 +81,22 @@ def _final_answer(raw, path: Path, where: str) -> str:
             raise ValueError(f"{path}, {where}: the solution's \\boxed{{}} is not closed")
         return boxed.strip()
     return text
+
+
+def problem_set(path: str | Path | None, n: int, ops: tuple[int, ...] = (2, 3), max_operand: int = 5, seed: int = 0) -> list[Problem]:
+    """The first ``n`` problems of a file, or ``n`` synthetic arithmetic problems (difficulties cycling through
+    ``ops``) when ``path`` is None."""
+    import random
+
+    from bsb.tasks.synthetic import make_problem
+
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if path is not None:
+        return load_problems(path)[:n]
+    rng = random.Random(seed + 4242)
+    out = []
+    for i in range(n):
+        p = make_problem(rng, ops[i % len(ops)], max_operand)
+        out.append(Problem(f"synthetic-{seed}-{i}", p.prompt, str(p.answer)))
+    return out

@@ -35,6 +35,7 @@ import torch
 from bsb.engine.boundaries import newline_token_mask
 from bsb.engine.selectors import SelectorConfig, make_selector
 from bsb.tasks.math_grader import MathGrader, extract_boxed
+from bsb.tasks.tiny_model import resolve_model
 from bsb.train.advantages import advantages
 from bsb.train.config import TrainConfig
 from bsb.train.loss import composite_loss, flat_loss, response_logprobs, zero_grad_step
@@ -42,18 +43,6 @@ from bsb.train.rewards import RewardConfig, leaf_reward
 from bsb.train.rollout import RolloutTimes, TreeConfig, flat_rollout, tree_rollout
 from bsb.train.samplers import TwoStageConfig, two_stage_rollout
 from bsb.train.tree import PromptTree
-
-
-def resolve_model(name: str) -> Path:
-    """A checkpoint directory; ``"embedded"`` builds (or reuses) the tiny synthetic-task model."""
-    if name == "embedded":
-        from bsb.tasks.tiny_model import EMBEDDED, train_tiny_model
-
-        return train_tiny_model(EMBEDDED)
-    path = Path(name)
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(f"model {name!r}: no Hugging Face checkpoint (config.json) there; pass a local directory or 'embedded'")
-    return path
 
 
 def vllm_available() -> bool:

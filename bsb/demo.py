@@ -1,0 +1,156 @@
+"""``bsb demo``: every fork-point selector on chains the model samples, the cost of each read next to the
+rollout's, and one chain's Monte-Carlo value curve with each selector's fork (seed 000 Figure 1 style).
+
+On the embedded default (the tiny Qwen3 trained on the synthetic arithmetic task) it needs no GPU and no
+download; given a local Hugging Face model directory and a problem file it runs the same on that model.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from bsb.engine.selectors import SELECTORS, ChainInput, SelectorConfig, make_selector
+
+SUFFIX = "So the final answer is \\boxed{"
+
+
+@dataclass
+class DemoConfig:
+    model: str = "embedded"  # a local HF checkpoint directory, or "embedded"
+    problems: str | None = None  # a JSONL/Parquet problem file; None: synthetic arithmetic problems
+    n_problems: int = 4  # chains sampled (one per problem)
+    ops: tuple[int, ...] = (2, 3)  # synthetic problems' operation counts
+    max_operand: int = 5
+    max_response: int = 160  # response token cap
+    temperature: float = 0.7  # chain and completion sampling temperature
+    n_mc: int = 8  # completions per boundary for V*
+    seed: int = 0
+    out: str = "bsb_demo.png"
+    quick: bool = False  # a test-size model trained in seconds (a pipeline check; its forks mean little)
+    progress: bool = True
+
+
+def run_demo(cfg: DemoConfig, console=None) -> dict:
+    import transformers
+    from rich.console import Console
+    from rich.table import Table
+    from tqdm import tqdm
+
+    from bsb import kernels
+    from bsb.engine.boundaries import newline_token_mask
+    from bsb.engine.hf_backend import HFBackend
+    from bsb.eval.figures import case_plot
+    from bsb.eval.value_curve import mc_values
+    from bsb.tasks.math_grader import MathGrader, extract_boxed
+    from bsb.tasks.problems import problem_set
+    from bsb.tasks.tiny_model import TinyConfig, resolve_model, train_tiny_model
+
+    console = console or Console()
+    t_start = time.perf_counter()
+    if cfg.quick and cfg.model == "embedded":
+        path = train_tiny_model(TinyConfig(steps=60, batch=8, hidden=64, layers=1, max_operand=cfg.max_operand, ops=(1, 2)), progress=cfg.progress)
+    else:
+        path = resolve_model(cfg.model)
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    backend = HFBackend(model, tok)
+    eos = tok.eos_token_id
+    newline = newline_token_mask(tok, backend.vocab_size)
+    grader = MathGrader()
+    problems = [(p.prompt, p.answer) for p in problem_set(cfg.problems, cfg.n_problems, cfg.ops, cfg.max_operand, cfg.seed)]
+    prompts = [tok.encode(p, add_special_tokens=False) for p, _ in problems]
+
+    # --- rollout: one chain per problem (timed per chain, so each read is set against its own rollout)
+    responses, rollout_s = [], []
+    for i, p in enumerate(tqdm(prompts, desc="sampling chains", disable=not cfg.progress, leave=False)):
+        t0 = time.perf_counter()
+        responses.append(backend.generate([p], max_new_tokens=cfg.max_response, temperature=cfg.temperature, seed=cfg.seed + i, eos_token_id=eos)[0])
+        rollout_s.append(time.perf_counter() - t0)
+    texts = [tok.decode(r, skip_special_tokens=True) for r in responses]
+    correct = [grader.grade(t, g) for t, (_, g) in zip(texts, problems)]
+
+    def answer_ids(text):
+        ans = extract_boxed(text)
+        return tok.encode(ans, add_special_tokens=False) if ans else None
+
+    chains = [ChainInput(p, r, answer=answer_ids(t)) for p, r, t in zip(prompts, responses, texts)]
+    scfg = SelectorConfig(suffix=tok.encode(SUFFIX, add_special_tokens=False), seed=cfg.seed, margin_window=(4, 64))
+
+    # --- every selector, chain by chain (timed per chain)
+    names = [n for n in SELECTORS if n != "bsv"]
+    picks: dict[str, list] = {}
+    read_s: dict[str, list[float]] = {}
+    for name in tqdm(names, desc="selectors", disable=not cfg.progress, leave=False):
+        sel = make_selector(name, scfg)
+        picks[name], read_s[name] = [], []
+        for ch in chains:
+            t0 = time.perf_counter()
+            picks[name].append(sel.select([ch], newline, backend).choices[0])
+            read_s[name].append(time.perf_counter() - t0)
+
+    for i, (ch, text) in enumerate(zip(chains, texts)):
+        console.rule(f"chain {i}: {problems[i][0].strip()}  (gold {problems[i][1]}; {'correct' if correct[i] else 'wrong'})")
+        console.print(text, markup=False, highlight=False)
+        table = Table(title=f"chain {i}: {len(ch.response)} tokens, rollout {1000 * rollout_s[i]:.0f} ms")
+        for col in ("selector", "fork t", "score", "pool", "read tokens", "read ms", "read/rollout"):
+            table.add_column(col, justify="left" if col == "selector" else "right")
+        for name in names:
+            c = picks[name][i]
+            if c.fork is None:
+                table.add_row(name, "unforkable", "", "0", "0", "", "")
+                continue
+            j = c.pool.positions.index(c.fork) if c.fork in c.pool.positions else None
+            score = c.scores[j] if j is not None and c.scores and not math.isnan(c.scores[j]) else float("nan")
+            fork = f"{c.fork}*" if c.fallback else str(c.fork)
+            table.add_row(name, fork, "" if math.isnan(score) else f"{score:.4f}", str(len(c.pool.positions)), str(c.token_forwards),
+                          f"{1000 * read_s[name][i]:.1f}", f"{read_s[name][i] / rollout_s[i]:.3f}")
+        console.print(table)
+    console.print("fork t: the response position siblings continue from (* the selector fell back to Midpoint or the pool held one "
+                  "candidate); score: the selector's own scale at its fork; pool: candidates scored; read tokens: token-forwards "
+                  "of the selector's reads; read/rollout: read time over the chain's sampling time. Kernels: "
+                  f"probe_js={kernels.implementation('probe_js')}, lens={kernels.implementation('lens_logprobs')}.")
+
+    # --- V* at the candidate boundaries of the chain with the most candidates
+    k = max(range(len(chains)), key=lambda i: (len(picks["probe_js"][i].pool.positions), -i))
+    ch, gold = chains[k], problems[k][1]
+    cuts = [0] + [t for t in picks["probe_js"][k].pool.positions if t not in (0,)]
+    cuts = [t for t in cuts if t < cfg.max_response]
+    bar = tqdm(total=len(cuts) * cfg.n_mc, desc=f"V* of chain {k} ({len(cuts)} boundaries x {cfg.n_mc})", disable=not cfg.progress, leave=False)
+    t0 = time.perf_counter()
+    v = mc_values(backend, ch.prompt, ch.response, cuts, cfg.n_mc, lambda ids: (grader.grade(tok.decode(ids, skip_special_tokens=True), gold), ""),
+                  cfg.max_response, eos, temperature=cfg.temperature, seed=cfg.seed, progress=bar.update)
+    bar.close()
+    mc_s = time.perf_counter() - t0
+    xs, vs = cuts + [len(ch.response)], v + [float(correct[k])]
+    # Probe-JS belief in the gold answer's first token, and the JS score of each boundary (fork-before)
+    pool = picks["probe_js"][k].pool.positions
+    lp, idx, _ = backend.probe_beliefs(list(ch.prompt) + list(ch.response), [len(ch.prompt) + t for t in cuts], scfg.suffix, k=scfg.top_k)
+    first = tok.encode(gold, add_special_tokens=False)[:1]
+    belief = [float(lp[j, 0][idx[j, 0] == first[0]].exp().sum()) if first else math.nan for j in range(len(cuts))]
+    js = [dict(zip(pool, picks["probe_js"][k].scores)).get(t, 0.0) for t in cuts]
+    flips = {name: _flip_mass(xs, vs, picks[name][k].fork) for name in names}
+    png = case_plot(cfg.out, xs, vs, {n: picks[n][k].fork for n in names}, belief=belief + [math.nan], js=js + [0.0],
+                    chain_len=len(ch.response), captured=flips,
+                    title=f"chain {k}: {problems[k][0].strip()} (gold {gold}); V* from {cfg.n_mc} completions per boundary")
+    total = time.perf_counter() - t_start
+    console.print(f"V* of chain {k} at t={xs}: {', '.join(f'{x:.2f}' for x in vs)} ({mc_s:.1f}s for {len(cuts) * cfg.n_mc} completions)")
+    best = max(names, key=lambda n: flips[n])
+    console.print("flip mass |ΔV*| of the segment each selector re-rolls: " + ", ".join(f"{n} {flips[n]:.2f}" for n in names)
+                  + f" (most: {best})")
+    console.print(f"figure: {Path(png).resolve()}")
+    console.print(f"demo wall time: {total:.1f}s")
+    return {"png": str(png), "v_star": vs, "cuts": xs, "forks": {n: [c.fork for c in picks[n]] for n in names}, "flip_mass": flips,
+            "seconds": total, "correct": correct}
+
+
+def _flip_mass(xs: list[int], vs: list[float], fork: int | None) -> float:
+    """|ΔV*| across the segment a fork at ``fork`` re-rolls: from the boundary at or before it to the next one."""
+    if fork is None:
+        return 0.0
+    j = max(i for i, x in enumerate(xs) if x <= fork) if any(x <= fork for x in xs) else 0
+    return abs(vs[min(j + 1, len(vs) - 1)] - vs[j])

@@ -1,0 +1,100 @@
+"""Figures: the per-chain case plot in the style of seed 000's Figure 1, the selector bar chart (Figure 3) and
+training curves. Files are written with matplotlib's Agg backend (no display needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+MARKERS = "v^<>sPXD*ph"
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def case_plot(path: str | Path, cuts: Sequence[int], v_star: Sequence[float], forks: Mapping[str, int | None], *,
+              belief: Sequence[float] | None = None, js: Sequence[float] | None = None, chain_len: int | None = None,
+              title: str = "", captured: Mapping[str, float] | None = None) -> Path:
+    """V* along the chain (the Monte-Carlo value at each candidate boundary), the Probe-JS belief in the
+    answer and the JS score of each boundary (fork-before), and every selector's fork marker."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    ax.plot(cuts, v_star, "o-", color="black", lw=2, label="V*(t) (Monte-Carlo)")
+    if belief is not None:
+        ax.plot(cuts, belief, "s--", color="tab:blue", alpha=0.8, label="Probe-JS belief p(a*)")
+    ax.set_ylim(-0.05, 1.12)
+    ax.set_xlabel("response token position t")
+    ax.set_ylabel("probability")
+    if js is not None:
+        ax2 = ax.twinx()
+        width = max(1.0, 0.35 * (min((b - a for a, b in zip(cuts[:-1], cuts[1:])), default=4)))
+        ax2.bar(cuts, js, width=width, color="tab:orange", alpha=0.35, label="Probe-JS score (fork-before)")
+        ax2.set_ylabel("JS (nats)")
+        ax2.set_ylim(0, max(0.05, 1.15 * max((v for v in js if v == v), default=0.05)))
+        ax2.legend(loc="upper right", fontsize=8)
+    cmap = plt.get_cmap("tab10")
+    for i, (name, fork) in enumerate(forks.items()):
+        if fork is None:
+            continue
+        label = name + (f" (flip mass {captured[name]:.2f})" if captured and name in captured else "")
+        ax.axvline(fork, color=cmap(i % 10), ls=":", alpha=0.6)
+        ax.plot([fork], [1.02 + 0.02 * (i % 5)], MARKERS[i % len(MARKERS)], color=cmap(i % 10), ms=9, label=label)
+    if chain_len is not None:
+        ax.set_xlim(0, chain_len)
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="lower left", fontsize=7, ncol=3)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def bar_chart(path: str | Path, values: Mapping[str, float], errors: Mapping[str, float] | None = None, *, ylabel: str, title: str = "",
+              floor: float | None = None) -> Path:
+    """One bar per selector (lower is better for reconstruction error), with optional error bars and the
+    oracle floor as a line."""
+    plt = _plt()
+    names = list(values)
+    fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(names) + 2), 3.6))
+    ax.bar(names, [values[n] for n in names], yerr=[errors[n] for n in names] if errors else None, color="tab:blue", alpha=0.8, capsize=3)
+    if floor is not None:
+        ax.axhline(floor, color="black", ls="--", label="oracle floor")
+        ax.legend()
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def curves(path: str | Path, series: Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float] | None]], *, xlabel: str,
+           ylabel: str, title: str = "") -> Path:
+    """Lines with optional bands: ``series[name] = (x, mean, half-width or None)``."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, (x, y, half) in series.items():
+        line, = ax.plot(x, y, "o-", label=name)
+        if half is not None:
+            ax.fill_between(x, [a - b for a, b in zip(y, half)], [a + b for a, b in zip(y, half)], color=line.get_color(), alpha=0.15)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,93 @@
+"""Monte-Carlo value curves (seed 000 §4): ``V*(t) = Pr[correct | x, y_<=t]`` at candidate boundaries of a chain,
+estimated by ``n_mc`` independent completions of each prefix, scored by the verifier.
+
+Completions go through the backend's batched ``generate`` (a vLLM engine reuses the shared prefix's cached KV
+blocks). With a :class:`CompletionStore` every finished completion is appended to a JSONL file as soon as its
+batch returns, so an interrupted estimate resumes without repeating finished completions; the resumed ones are
+fresh independent draws, which leaves the estimate unbiased.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+class CompletionStore:
+    """Finished completions keyed by ``(chain id, cut, draw)``: whether each was correct and its extracted
+    answer. With a path, an append-only JSONL file that a later store on the same path reads back (a last line
+    cut short by a crash is dropped)."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path is not None else None
+        self.done: dict[tuple[str, int, int], bool] = {}
+        self.answers: dict[tuple[str, int, int], str] = {}
+        if self.path is None:
+            return
+        data = self.path.read_bytes() if self.path.exists() else b""
+        if data and not data.endswith(b"\n"):  # a record cut short by a crash: drop it so appends start on a fresh line
+            data = data[: data.rfind(b"\n") + 1]
+            self.path.write_bytes(data)
+        for n, line in enumerate(data.decode().splitlines(), 1):
+            try:
+                r = json.loads(line)
+                key = (r["chain"], r["cut"], r["draw"])
+                self.done[key], self.answers[key] = bool(r["correct"]), r.get("answer", "")
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise ValueError(f"{self.path}:{n}: not a completion record") from None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __contains__(self, key: tuple[str, int, int]) -> bool:
+        return key in self.done
+
+    def __len__(self) -> int:
+        return len(self.done)
+
+    def add(self, records: list[tuple[str, int, int, bool, str, int]]) -> None:
+        """``(chain, cut, draw, correct, answer, tokens)`` rows, flushed to disk before returning."""
+        for chain, cut, draw, correct, answer, _ in records:
+            self.done[(chain, cut, draw)] = bool(correct)
+            self.answers[(chain, cut, draw)] = answer
+        if self.path is None:
+            return
+        with self.path.open("a") as f:
+            for chain, cut, draw, correct, answer, tokens in records:
+                f.write(json.dumps({"chain": chain, "cut": cut, "draw": draw, "correct": bool(correct), "answer": answer,
+                                    "tokens": tokens}) + "\n")
+            f.flush()
+
+
+def mc_values(backend, prompt: Sequence[int], response: Sequence[int], cuts: Sequence[int], n_mc: int,
+              grade: Callable[[list[int]], tuple[bool, str]], max_response: int, eos_id: int | None, temperature: float = 0.7,
+              top_p: float = 1.0, seed: int = 0, batch_size: int = 64, store: CompletionStore | None = None,
+              chain_id: str = "chain", progress=None) -> list[float]:
+    """V*(t) at each cut (a position in ``response``) from ``n_mc`` completions of ``prompt + response[:t]``.
+
+    ``grade(full_response_ids) -> (correct, answer)`` scores a completed response (the prefix plus the
+    completion) and gives its normalised final answer ("" when none);
+    ``progress``: an optional callable taking the number of completions just finished (e.g. a tqdm ``update``).
+    """
+    if n_mc < 1:
+        raise ValueError(f"n_mc must be >= 1, got {n_mc}")
+    if any(not 0 <= c <= len(response) for c in cuts):
+        raise ValueError(f"cuts must lie in [0, {len(response)}], got {list(cuts)}")
+    if any(c >= max_response for c in cuts):
+        raise ValueError(f"a cut at or past max_response={max_response} leaves no budget for a completion")
+    store = store if store is not None else CompletionStore()
+    todo = [(c, j) for c in cuts for j in range(n_mc) if (chain_id, c, j) not in store]
+    for start in range(0, len(todo), batch_size):
+        part = todo[start : start + batch_size]
+        prefixes = [list(prompt) + list(response[:c]) for c, _ in part]
+        budget = max(max_response - c for c, _ in part)
+        outs = backend.generate(prefixes, max_new_tokens=budget, temperature=temperature, top_p=top_p,
+                                seed=seed + 7919 * start, eos_token_id=eos_id)
+        rows = []
+        for (c, j), out in zip(part, outs):
+            full = list(response[:c]) + list(out[: max_response - c])
+            ok, answer = grade(full)
+            rows.append((chain_id, c, j, bool(ok), answer, len(full) - c))
+        store.add(rows)
+        if progress is not None:
+            progress(len(part))
+    return [sum(store.done[(chain_id, c, j)] for j in range(n_mc)) / n_mc for c in cuts]

@@ -1,0 +1,44 @@
+"""Paired bootstrap intervals against closed forms."""
+
+import numpy as np
+import pytest
+
+from bsb.eval.bootstrap import question_clustered, two_level
+
+
+def test_constant_difference_has_a_point_interval():
+    a, b = np.ones((3, 40)), np.zeros((3, 40))
+    for f in (question_clustered, two_level):
+        iv = f(a, b, resamples=500)
+        assert iv.diff == iv.low == iv.high == 1.0
+
+
+def test_question_clustered_matches_the_normal_closed_form():
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 2, size=400).astype(float)
+    b = rng.integers(0, 2, size=400).astype(float)
+    d = a - b
+    iv = question_clustered(a, b, resamples=4000, seed=3)
+    se = d.std() / np.sqrt(d.size)  # the bootstrap distribution of the mean has this spread
+    assert iv.diff == pytest.approx(d.mean())
+    assert iv.low == pytest.approx(d.mean() - 1.96 * se, abs=0.25 * se)
+    assert iv.high == pytest.approx(d.mean() + 1.96 * se, abs=0.25 * se)
+
+
+def test_two_level_adds_seed_variation_and_is_seeded():
+    rng = np.random.default_rng(2)
+    q = rng.normal(size=200)
+    a = np.stack([q + s for s in (-0.5, 0.0, 0.5)])  # arms differ by a seed-dependent shift
+    b = np.stack([q] * 3)
+    one = question_clustered(a, b, resamples=2000, seed=0)
+    two = two_level(a, b, resamples=2000, seed=0)
+    assert one.high - one.low < 1e-9  # the seed shift averages out within each question
+    assert two.high - two.low > 0.3  # but not across resampled seeds
+    assert two_level(a, b, resamples=200, seed=5) == two_level(a, b, resamples=200, seed=5)
+
+
+def test_shape_errors():
+    with pytest.raises(ValueError, match="same"):
+        question_clustered(np.ones(3), np.ones(4))
+    with pytest.raises(ValueError, match="finite"):
+        two_level(np.array([1.0, np.nan]), np.ones(2))

@@ -1,0 +1,65 @@
+"""Monte-Carlo V*: estimates from a scripted backend, and resuming after an interruption without repeating
+finished completions."""
+
+import json
+
+import pytest
+
+from bsb.eval.value_curve import CompletionStore, mc_values
+
+
+class Scripted:
+    """A backend whose completion of a prefix of length n is correct iff n is even; counts requests."""
+
+    def __init__(self):
+        self.requests = 0
+
+    def generate(self, prompts, max_new_tokens, temperature=1.0, top_p=1.0, seed=0, eos_token_id=None):
+        self.requests += len(prompts)
+        return [[1 if len(p) % 2 == 0 else 0, 9] for p in prompts]
+
+
+def grade(ids):
+    return ids[-2] == 1, str(ids[-2])
+
+
+def test_values_and_validation():
+    b = Scripted()
+    v = mc_values(b, [5], list(range(10, 20)), [1, 2, 3], n_mc=4, grade=grade, max_response=30, eos_id=9)
+    assert v == [1.0, 0.0, 1.0] and b.requests == 12
+    with pytest.raises(ValueError, match="n_mc"):
+        mc_values(b, [5], [1, 2], [1], 0, grade, 30, 9)
+    with pytest.raises(ValueError, match="cuts"):
+        mc_values(b, [5], [1, 2], [3], 2, grade, 30, 9)
+    with pytest.raises(ValueError, match="max_response"):
+        mc_values(b, [5], [1, 2], [2], 2, grade, 2, 9)
+
+
+def test_resume_after_interruption_repeats_nothing(tmp_path):
+    path = tmp_path / "completions.jsonl"
+    b = Scripted()
+
+    def boom(n):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # dies right after the first batch is written
+        mc_values(b, [5], list(range(10, 30)), [1, 2, 3, 4, 5], 4, grade, 40, 9, batch_size=8, store=CompletionStore(path),
+                  chain_id="c", progress=boom)
+    assert b.requests == 8 and len(path.read_text().splitlines()) == 8
+    with path.open("a") as f:
+        f.write('{"chain": "c", "cut"')  # a line cut short by the crash
+    b2 = Scripted()
+    store = CompletionStore(path)
+    assert len(store) == 8
+    v = mc_values(b2, [5], list(range(10, 30)), [1, 2, 3, 4, 5], 4, grade, 40, 9, batch_size=8, store=store, chain_id="c")
+    assert b2.requests == 12  # only the 12 unfinished completions
+    assert v == [1.0, 0.0, 1.0, 0.0, 1.0]
+    keys = [(r["chain"], r["cut"], r["draw"]) for r in map(json.loads, path.read_text().splitlines())]
+    assert len(keys) == len(set(keys)) == 20
+
+
+def test_a_corrupt_store_is_an_error(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text("not json\n{}\n")
+    with pytest.raises(ValueError, match="c.jsonl:1"):
+        CompletionStore(path)
