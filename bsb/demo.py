@@ -45,7 +45,7 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     from bsb.engine.boundaries import newline_token_mask
     from bsb.engine.hf_backend import HFBackend
     from bsb.eval.figures import case_plot
-    from bsb.eval.value_curve import mc_values
+    from bsb.eval.value_curve import answer_belief, mc_values
     from bsb.tasks.math_grader import MathGrader, extract_boxed
     from bsb.tasks.problems import problem_set
     from bsb.tasks.tiny_model import TinyConfig, resolve_model, train_tiny_model
@@ -127,11 +127,9 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     bar.close()
     mc_s = time.perf_counter() - t0
     xs, vs = cuts + [len(ch.response)], v + [float(correct[k])]
-    # Probe-JS belief in the gold answer's first token, and the JS score of each boundary (fork-before)
+    # the elicited belief in the gold answer (closed by "}") and the JS score of each boundary (fork-before)
     pool = picks["probe_js"][k].pool.positions
-    lp, idx, _ = backend.probe_beliefs(list(ch.prompt) + list(ch.response), [len(ch.prompt) + t for t in cuts], scfg.suffix, k=scfg.top_k)
-    first = tok.encode(gold, add_special_tokens=False)[:1]
-    belief = [float(lp[j, 0][idx[j, 0] == first[0]].exp().sum()) if first else math.nan for j in range(len(cuts))]
+    belief = answer_belief(backend, ch.prompt, ch.response, cuts, scfg.suffix, tok.encode(gold + "}", add_special_tokens=False))
     js = [dict(zip(pool, picks["probe_js"][k].scores)).get(t, 0.0) for t in cuts]
     flips = {name: _flip_mass(xs, vs, picks[name][k].fork) for name in names}
     png = case_plot(cfg.out, xs, vs, {n: picks[n][k].fork for n in names}, belief=belief + [math.nan], js=js + [0.0],

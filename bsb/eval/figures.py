@@ -24,32 +24,31 @@ def case_plot(path: str | Path, cuts: Sequence[int], v_star: Sequence[float], fo
     """V* along the chain (the Monte-Carlo value at each candidate boundary), the Probe-JS belief in the
     answer and the JS score of each boundary (fork-before), and every selector's fork marker."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(10, 4.2))
-    ax.plot(cuts, v_star, "o-", color="black", lw=2, label="V*(t) (Monte-Carlo)")
+    fig, ax = plt.subplots(figsize=(10, 5.2))
+    handles = ax.plot(cuts, v_star, "o-", color="black", lw=2, label="V*(t) (Monte-Carlo)")
     if belief is not None:
-        ax.plot(cuts, belief, "s--", color="tab:blue", alpha=0.8, label="Probe-JS belief p(a*)")
-    ax.set_ylim(-0.05, 1.12)
+        handles += ax.plot(cuts, belief, "s--", color="tab:blue", alpha=0.8, label="Probe belief p(gold answer)")
+    ax.set_ylim(-0.05, 1.14)
     ax.set_xlabel("response token position t")
     ax.set_ylabel("probability")
     if js is not None:
         ax2 = ax.twinx()
         width = max(1.0, 0.35 * (min((b - a for a, b in zip(cuts[:-1], cuts[1:])), default=4)))
-        ax2.bar(cuts, js, width=width, color="tab:orange", alpha=0.35, label="Probe-JS score (fork-before)")
+        handles.append(ax2.bar(cuts, js, width=width, color="tab:orange", alpha=0.35, label="Probe-JS score (fork-before)"))
         ax2.set_ylabel("JS (nats)")
         ax2.set_ylim(0, max(0.05, 1.15 * max((v for v in js if v == v), default=0.05)))
-        ax2.legend(loc="upper right", fontsize=8)
     cmap = plt.get_cmap("tab10")
     for i, (name, fork) in enumerate(forks.items()):
         if fork is None:
             continue
         label = name + (f" (flip mass {captured[name]:.2f})" if captured and name in captured else "")
         ax.axvline(fork, color=cmap(i % 10), ls=":", alpha=0.6)
-        ax.plot([fork], [1.02 + 0.02 * (i % 5)], MARKERS[i % len(MARKERS)], color=cmap(i % 10), ms=9, label=label)
+        handles += ax.plot([fork], [1.02 + 0.025 * (i % 5)], MARKERS[i % len(MARKERS)], color=cmap(i % 10), ms=9, ls="none", label=label)
     if chain_len is not None:
         ax.set_xlim(0, chain_len)
     ax.set_title(title, fontsize=10)
-    ax.legend(loc="lower left", fontsize=7, ncol=3)
-    fig.tight_layout()
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.2, 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

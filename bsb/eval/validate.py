@@ -36,7 +36,7 @@ import torch
 from bsb.engine.boundaries import CandidatePool, candidate_pool, newline_token_mask
 from bsb.engine.selectors import SELECTORS, CannotScore, ChainInput, SelectorConfig, make_selector
 from bsb.eval.reconstruction import is_flat, oracle_floor, reconstruction_error, top_b
-from bsb.eval.value_curve import CompletionStore, mc_values
+from bsb.eval.value_curve import CompletionStore, answer_belief, mc_values
 
 TOKEN_WINDOW = ("min_margin", "first_gap")
 DEFAULT_SELECTORS = ("probe_js", "lens_shift", "entropy", "midpoint", "uniform", "random", "newline")
@@ -254,9 +254,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     two = [n for n in ("probe_js", "entropy") if n in selectors] or names[:2]
     for r in sorted(live, key=lambda r: -flip_mass(r["v_star"], list(range(len(r["v_star"])))))[: cfg.case_plots]:
         i = next(k for k, p in enumerate(problems) if p.id == r["id"])
-        lp, idx, _ = hf.probe_beliefs(prompts[i] + r["response"], [len(prompts[i]) + t for t in r["cuts"]], scfg.suffix, k=scfg.top_k)
-        first = tok.encode(r["gold"], add_special_tokens=False)[:1]
-        belief = [float(lp[j, 0][idx[j, 0] == first[0]].exp().sum()) if first else math.nan for j in range(len(r["cuts"]))]
+        belief = answer_belief(hf, prompts[i], r["response"], r["cuts"], scfg.suffix, tok.encode(r["gold"] + "}", add_special_tokens=False))
         forks = {n: r["cuts"][r["top_b"][n][0]] if r["top_b"][n] else None for n in two}
         captured = {n: flip_mass(r["v_star"], r["top_b"][n]) for n in two}
         js = r["scores"].get("probe_js")

@@ -91,3 +91,17 @@ def mc_values(backend, prompt: Sequence[int], response: Sequence[int], cuts: Seq
         if progress is not None:
             progress(len(part))
     return [sum(store.done[(chain_id, c, j)] for j in range(n_mc)) / n_mc for c in cuts]
+
+
+def answer_belief(backend, prompt: Sequence[int], response: Sequence[int], cuts: Sequence[int], suffix: Sequence[int],
+                  answer: Sequence[int]) -> list[float]:
+    """The model's elicited belief in a whole answer at each cut: ``p(answer | x, y_<=t, suffix)``, teacher-forced
+    through the HF backend's packed reads (the curve drawn beside V* in the case plots)."""
+    import torch
+
+    if not answer:
+        raise ValueError("answer_belief needs the answer's token ids")
+    reads = backend.reads(list(prompt) + list(response), [len(prompt) + t for t in cuts], list(suffix), list(answer))
+    lp = torch.log_softmax(reads.answer_logits.float(), -1)  # (C, n, V)
+    ids = torch.as_tensor(list(answer), device=lp.device).expand(lp.shape[0], -1)  # (C, n)
+    return lp.gather(-1, ids[..., None]).squeeze(-1).sum(-1).exp().tolist()

@@ -32,7 +32,7 @@ class TrainConfig:
     prompt_template: str = "{prompt}"  # how a problem's prompt becomes the model's input text
     synthetic_ops: tuple[int, ...] = (2, 3)  # difficulties (operation counts) of synthetic training problems
     synthetic_max_operand: int = 5  # operand range of synthetic problems (match the embedded model's)
-    val_problems: int = 64  # held-out problems used for validation (the first N of val_file)
+    val_problems: int = 128  # held-out problems used for validation (the first N of val_file)
     # --- rollout
     rollout: str = "tree"  # tree (seed 000) | two_stage (seed 001 §4.2) | flat (GRPO groups)
     chains: int = 4  # M root chains per prompt (tree); group size G = chains * (1 + siblings) for flat
@@ -62,15 +62,15 @@ class TrainConfig:
     clip_low: float = 0.2
     clip_high: float = 0.28
     # --- batching and optimisation
-    steps: int = 30  # optimizer steps (each on one rollout batch unless minibatches > 1)
-    prompts_per_step: int = 4  # P_train groups trained per step
-    gen_prompts: int = 8  # P_gen prompts generated per round (dynamic sampling keeps groups with reward variance)
+    steps: int = 40  # optimizer steps (each on one rollout batch unless minibatches > 1)
+    prompts_per_step: int = 8  # P_train groups trained per step
+    gen_prompts: int = 16  # P_gen prompts generated per round (dynamic sampling keeps groups with reward variance)
     dynamic_sampling: bool = True  # DAPO: train only groups whose rewards differ
     max_gen_rounds: int = 2  # generation rounds per step to fill P_train groups
     homogeneous: str = "zero_grad_step"  # a step with no non-zero advantage: zero_grad_step | skip_step | backward
     minibatches: int = 1  # optimizer steps per rollout batch (PPO ratios move from 1 after the first)
     micro_batch: int = 16  # rows per forward/backward (gradient accumulation; does not change the loss)
-    lr: float = 1e-4
+    lr: float = 2e-4  # for the embedded default (1e-3 collapses it within 10 steps; the paper uses 1e-6 on 4-9B models)
     weight_decay: float = 0.1
     warmup_steps: int = 2
     grad_clip: float = 1.0

@@ -216,7 +216,10 @@ class Trainer:
         leaves = [leaf for tr in generated for leaf in tr.leaves]
         kept_leaves = [leaf for tr in kept for leaf in tr.leaves]
         all_adv = torch.cat([a for _, _, a in rows]) if rows else torch.zeros(0)
-        forks = [(f, len(tr.leaves[0].response)) for tr in generated for f in tr.fork_positions if f is not None]
+        # each group's first leaf is its root chain; its shared prefix ends at the fork (tree) or the stop τ (two-stage)
+        forks = [(tr.leaves[idx[0]].prefix_len, len(tr.leaves[idx[0]].response)) for tr in generated for idx in tr.groups().values()]
+        if cfg.rollout == "flat":
+            forks = []
         groups = [[tr.leaves[i] for i in idx] for tr in generated for idx in tr.groups().values()]
         total = time.perf_counter() - t0
         m = {
@@ -305,12 +308,14 @@ class Trainer:
 
     # ---------------------------------------------------------------- validation
     @torch.no_grad()
-    def validate(self) -> float:
-        """Greedy accuracy on the held-out problems."""
+    def validate(self) -> dict:
+        """Greedy accuracy on the held-out problems, and each problem's verdict as a 0/1 string (for paired
+        statistics across runs)."""
         prompts = [self._encode(p) for _, p, _ in self.val_problems]
         outs = self.backend.generate(prompts, max_new_tokens=self.cfg.max_response_len, temperature=0.0, seed=0, eos_token_id=self.eos)
         texts = self.tok.batch_decode(outs, skip_special_tokens=True)
-        return _mean([float(self.grader.grade(t, g)) for t, (_, _, g) in zip(texts, self.val_problems)])
+        ok = [self.grader.grade(t, g) for t, (_, _, g) in zip(texts, self.val_problems)]
+        return {"val_accuracy": _mean(map(float, ok)), "val_correct": "".join("01"[x] for x in ok)}
 
     # ---------------------------------------------------------------- run, save, resume
     def run(self) -> list[dict]:
@@ -322,14 +327,14 @@ class Trainer:
         rows = []
         if self.step == 0:
             metrics_path.write_text("")
-            rows.append({"step": 0, "val_accuracy": self.validate()})
+            rows.append({"step": 0, **self.validate()})
             _append(metrics_path, rows[-1])
         bar = tqdm(range(self.step, cfg.steps), desc=f"training ({cfg.rollout}, {cfg.selector})", disable=not cfg.progress,
                    initial=self.step, total=cfg.steps)
         for _ in bar:
             m = self.train_step()
             if (cfg.val_every and self.step % cfg.val_every == 0) or self.step == cfg.steps:
-                m["val_accuracy"] = self.validate()
+                m.update(self.validate())
             rows.append(m)
             _append(metrics_path, m)
             bar.set_postfix(acc=f"{m['accuracy']:.2f}", kept=m["groups_kept"], **({"val": f"{m['val_accuracy']:.2f}"} if "val_accuracy" in m else {}))
