@@ -4,7 +4,7 @@ Every arm shares the tree construction (M chains, k siblings), data order, rewar
 and differs only in the fork selector (seed 000 §5). For each arm and seed this runs ``bsb train`` in a fresh
 process (each run starts its own vLLM engine when vLLM is installed), then writes:
 
-* ``OUT/curves.png``: held-out greedy accuracy against step, mean over seeds with a 95% t-interval band;
+* ``OUT/curves.png``: held-out accuracy (the paper's validation decoding) against step, mean over seeds with a 95% t-interval band;
 * ``OUT/table.md``: start and final accuracy per arm (mean ± 95% t-interval over seeds), the final gain, tokens
   generated, probe cost as a fraction of the step, and each arm's final difference to Midpoint with a
   two-level (seed × question) paired bootstrap 95% interval;
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
         steps = [r["step"] for r in vals[0]]
         acc = np.array([[r["val_accuracy"] for r in v] for v in vals])  # (seeds, checkpoints)
         series[arm] = (steps, acc.mean(0).tolist(), [half_width(acc[:, j]) if len(args.seeds) > 1 else 0.0 for j in range(acc.shape[1])])
-        finals[arm] = np.array([[int(c) for c in v[-1]["val_correct"]] for v in vals])  # (seeds, questions)
+        finals[arm] = np.array([np.asarray(v[-1]["val_correct"]) / v[-1]["val_samples"] for v in vals])  # (seeds, questions)
         train_rows = [r for s in args.seeds for r in runs[(arm, s)] if "tokens_generated" in r]
         tok = np.mean([r["tokens_generated"] for r in train_rows])
         probe = np.mean([r["probe_frac"] for r in train_rows])
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
         lines.append(f"| {arm} | {acc[:, 0].mean():.3f} | {acc[:, -1].mean():.3f} ± {half_width(acc[:, -1]):.3f} | "
                      f"{acc[:, -1].mean() - acc[:, 0].mean():+.3f} | {tok:.0f} | {probe:.3f} | {ci} |")
     (out / "table.md").write_text("\n".join(lines) + "\n")
-    curves(out / "curves.png", series, xlabel="training step", ylabel="held-out greedy accuracy",
+    curves(out / "curves.png", series, xlabel="training step", ylabel="held-out accuracy (T=1.0, top-p 0.95)",
            title=f"four arms, {len(args.seeds)} seeds (mean, 95% t band)")
     print("\n".join(lines))
     print(f"figure: {out / 'curves.png'}")

@@ -18,6 +18,14 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def case_plot(path: str | Path, cuts: Sequence[int], v_star: Sequence[float], forks: Mapping[str, int | None], *,
               belief: Sequence[float] | None = None, js: Sequence[float] | None = None, chain_len: int | None = None,
               title: str = "", captured: Mapping[str, float] | None = None) -> Path:
@@ -49,11 +57,7 @@ def case_plot(path: str | Path, cuts: Sequence[int], v_star: Sequence[float], fo
     ax.set_title(title, fontsize=10)
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.2, 1, 1))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def bar_chart(path: str | Path, values: Mapping[str, float], errors: Mapping[str, float] | None = None, *, ylabel: str, title: str = "",
@@ -71,11 +75,7 @@ def bar_chart(path: str | Path, values: Mapping[str, float], errors: Mapping[str
     ax.set_title(title, fontsize=10)
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def curves(path: str | Path, series: Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float] | None]], *, xlabel: str,
@@ -92,8 +92,4 @@ def curves(path: str | Path, series: Mapping[str, tuple[Sequence[float], Sequenc
     ax.set_title(title, fontsize=10)
     ax.legend()
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)

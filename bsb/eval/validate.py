@@ -96,7 +96,8 @@ def _completion_backend(cfg: ValidateConfig, path: Path, hf):
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from bsb.engine.vllm_backend import VLLMBackend
 
-    return VLLMBackend(str(path), seed=cfg.seed, dtype="float32", max_model_len=1024 + cfg.max_response)
+    limit = getattr(hf.model.config, "max_position_embeddings", None) or 4096
+    return VLLMBackend(str(path), seed=cfg.seed, dtype="float32", max_model_len=min(limit, 1024 + cfg.max_response))
 
 
 def _scores(name: str, sel, chain: ChainInput, pool: CandidatePool, reads, index: int) -> tuple[list[float], bool]:

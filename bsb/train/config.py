@@ -33,6 +33,9 @@ class TrainConfig:
     synthetic_ops: tuple[int, ...] = (2, 3)  # difficulties (operation counts) of synthetic training problems
     synthetic_max_operand: int = 5  # operand range of synthetic problems (match the embedded model's)
     val_problems: int = 128  # held-out problems used for validation (the first N of val_file)
+    val_temperature: float = 1.0  # validation decoding (the paper: temperature 1.0, top-p 0.95); 0: greedy
+    val_top_p: float = 0.95
+    val_samples: int = 4  # draws per held-out problem (1 when greedy)
     # --- rollout
     rollout: str = "tree"  # tree (seed 000) | two_stage (seed 001 §4.2) | flat (GRPO groups)
     chains: int = 4  # M root chains per prompt (tree); group size G = chains * (1 + siblings) for flat
@@ -105,6 +108,8 @@ class TrainConfig:
             (self.lr > 0 and self.grad_clip > 0, "lr and grad_clip must be > 0"),
             (0 <= self.clip_low < 1 and self.clip_high >= 0, "clip_low must be in [0, 1) and clip_high >= 0"),
             (self.val_every >= 0 and self.save_every >= 0 and self.val_problems >= 1, "val_every and save_every must be >= 0, val_problems >= 1"),
+            (self.val_temperature >= 0 and 0 < self.val_top_p <= 1 and self.val_samples >= 1,
+             "val_temperature must be >= 0, val_top_p in (0, 1], val_samples >= 1"),
             ("{prompt}" in self.prompt_template, "prompt_template must contain {prompt}"),
             (all(n >= 1 for n in self.synthetic_ops) and self.synthetic_ops, "synthetic_ops must be a non-empty list of counts >= 1"),
         ]

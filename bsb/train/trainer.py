@@ -104,8 +104,13 @@ class Trainer:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the weight sync needs the in-process engine
         from bsb.engine.vllm_backend import VLLMBackend
 
+        need = self.cfg.max_prompt_len + self.cfg.max_response_len + 64  # + room for a probe suffix and read
+        limit = getattr(self.policy.config, "max_position_embeddings", None) or need
+        if self.cfg.max_prompt_len + self.cfg.max_response_len > limit:
+            raise ValueError(f"max_prompt_len + max_response_len = {self.cfg.max_prompt_len + self.cfg.max_response_len} exceeds the model's "
+                             f"{limit} positions")
         return VLLMBackend(str(path), seed=self.cfg.seed, dtype="float32", kv_cache_gib=self.cfg.vllm_kv_cache_gib,
-                           max_model_len=self.cfg.max_prompt_len + self.cfg.max_response_len + 64)
+                           max_model_len=min(need, limit))
 
     def _problems(self):
         """(train, val): lists of (id, prompt text, gold), or for synthetic training a generator per step."""
@@ -116,11 +121,18 @@ class Trainer:
         if cfg.val_file:
             val = [(p.id, p.prompt, p.answer) for p in load_problems(cfg.val_file)[: cfg.val_problems]]
         else:
-            rng = random.Random(10**9 + cfg.seed)  # disjoint from the per-step training draws (seeded by step)
-            val = []
-            for i in range(cfg.val_problems):
-                p = make_problem(rng, cfg.synthetic_ops[i % len(cfg.synthetic_ops)], cfg.synthetic_max_operand)
-                val.append((f"val-{i}", p.prompt, str(p.answer)))
+            rng = random.Random(10**9)  # the same held-out set for every seed, so runs compare question by question
+            val, seen = [], set()
+            for _ in range(1000 * cfg.val_problems):
+                if len(val) == cfg.val_problems:
+                    break
+                p = make_problem(rng, cfg.synthetic_ops[len(val) % len(cfg.synthetic_ops)], cfg.synthetic_max_operand)
+                if p.prompt not in seen:
+                    seen.add(p.prompt)
+                    val.append((f"val-{len(val)}", p.prompt, str(p.answer)))
+            if len(val) < cfg.val_problems:
+                raise ValueError(f"invalid config: only {len(val)} distinct synthetic problems with synthetic_ops={cfg.synthetic_ops} and "
+                                 f"synthetic_max_operand={cfg.synthetic_max_operand}; lower val_problems or widen the task")
         train = [(p.id, p.prompt, p.answer) for p in load_problems(cfg.train_file)] if cfg.train_file else None
         if train is not None and not train:
             raise ValueError(f"{cfg.train_file} holds no problems")
@@ -131,12 +143,16 @@ class Trainer:
 
         rng = random.Random(f"{self.cfg.seed}-{step}-{round_}")  # str seeds are stable across runs
         n = self.cfg.gen_prompts
-        if self.train_problems is None:
+        if self.train_problems is None:  # synthetic: fresh problems, never one of the held-out set
+            held_out = {prompt for _, prompt, _ in self.val_problems}
             out = []
-            for i in range(n):
+            for _ in range(1000 * n):
+                if len(out) == n:
+                    return out
                 p = make_problem(rng, rng.choice(self.cfg.synthetic_ops), self.cfg.synthetic_max_operand)
-                out.append((f"train-{step}-{round_}-{i}", p.prompt, str(p.answer)))
-            return out
+                if p.prompt not in held_out:
+                    out.append((f"train-{step}-{round_}-{len(out)}", p.prompt, str(p.answer)))
+            raise ValueError("the held-out set covers (almost) every synthetic problem of this difficulty: lower val_problems")
         return [self.train_problems[i] for i in rng.sample(range(len(self.train_problems)), min(n, len(self.train_problems)))]
 
     def _encode(self, prompt: str) -> list[int]:
@@ -309,13 +325,20 @@ class Trainer:
     # ---------------------------------------------------------------- validation
     @torch.no_grad()
     def validate(self) -> dict:
-        """Greedy accuracy on the held-out problems, and each problem's verdict as a 0/1 string (for paired
-        statistics across runs)."""
+        """Accuracy on the held-out problems, decoded as the paper validates (temperature 1.0, top-p 0.95, by
+        default; ``val_temperature=0`` is greedy), ``val_samples`` draws per problem with fixed seeds (the same
+        draws for every run and step, so curves compare with less noise). ``val_correct`` lists each problem's
+        correct draws, for paired statistics across runs."""
+        cfg = self.cfg
         prompts = [self._encode(p) for _, p, _ in self.val_problems]
-        outs = self.backend.generate(prompts, max_new_tokens=self.cfg.max_response_len, temperature=0.0, seed=0, eos_token_id=self.eos)
+        n = 1 if cfg.val_temperature == 0 else cfg.val_samples
+        outs = self.backend.generate([p for p in prompts for _ in range(n)], max_new_tokens=cfg.max_response_len,
+                                     temperature=cfg.val_temperature, top_p=cfg.val_top_p if cfg.val_temperature else 1.0,
+                                     seed=10**6, eos_token_id=self.eos)
         texts = self.tok.batch_decode(outs, skip_special_tokens=True)
-        ok = [self.grader.grade(t, g) for t, (_, _, g) in zip(texts, self.val_problems)]
-        return {"val_accuracy": _mean(map(float, ok)), "val_correct": "".join("01"[x] for x in ok)}
+        ok = [self.grader.grade(texts[i * n + j], g) for i, (_, _, g) in enumerate(self.val_problems) for j in range(n)]
+        counts = [sum(ok[i * n : (i + 1) * n]) for i in range(len(self.val_problems))]
+        return {"val_accuracy": sum(ok) / len(ok), "val_correct": counts, "val_samples": n}
 
     # ---------------------------------------------------------------- run, save, resume
     def run(self) -> list[dict]:

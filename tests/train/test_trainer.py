@@ -120,3 +120,33 @@ def test_yaml_numbers_and_type_errors(tmp_path):
         TrainConfig.from_dict({"steps": "many"})
     with pytest.raises(ValueError, match="dynamic_sampling expects bool"):
         TrainConfig.from_dict({"dynamic_sampling": "yes please"})
+
+
+def test_dynamic_sampling_keeps_groups_with_reward_variance(model_dir, tmp_path, monkeypatch):
+    from bsb.train.rollout import RolloutTimes
+    from bsb.train.tree import Leaf, PromptTree
+
+    tr = Trainer(config(model_dir, tmp_path, prompts_per_step=2, gen_prompts=2, max_gen_rounds=3, steps=1))
+    calls = []
+
+    def fake_rollout(batch, seed):
+        calls.append(seed)
+        rewards = [[1.0, 1.0], [0.0, 1.0]] if len(calls) == 1 else [[0.0, 0.0], [1.0, 0.0]]
+        trees = [PromptTree(f"p{len(calls)}-{i}", "1", [Leaf([3], [4, 5], 0, 0, reward=r) for r in rs]) for i, rs in enumerate(rewards)]
+        return trees, RolloutTimes(), {}
+
+    monkeypatch.setattr(tr, "_rollout", fake_rollout)
+    m = tr.train_step()
+    assert len(calls) == 2  # the first round had one group with variance: a second round filled the step
+    assert m["groups_generated"] == 4 and m["groups_kept"] == 2 and m["groups_homogeneous"] == 2
+
+
+def test_synthetic_training_never_draws_a_held_out_problem(model_dir, tmp_path):
+    # 1-op problems with operands 0-3: 48 distinct, 40 of them held out
+    tr = Trainer(config(model_dir, tmp_path, val_problems=40, gen_prompts=30, synthetic_max_operand=3))
+    held_out = {p for _, p, _ in tr.val_problems}
+    assert len(held_out) == 40
+    for step in range(5):
+        assert not held_out & {p for _, p, _ in tr._draw(step, 0)}
+    with pytest.raises(ValueError, match="distinct synthetic problems"):
+        Trainer(config(model_dir, tmp_path, val_problems=40, synthetic_max_operand=2))  # only 27 exist
