@@ -209,7 +209,8 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     floor = float(np.mean([r["floor"] for r in live])) if live else math.nan
     ranked = sorted(names, key=lambda n: mean_e[n]) if live else []
     mark = dict(zip(ranked[:2], ("**", "_")))
-    title = f"{path.name}: {len(live)} non-flat of {len(curves)} chains ({skipped} without a newline boundary), B={cfg.b}, N_MC={cfg.n_mc}"
+    label = "embedded default" if cfg.model == "embedded" else path.name
+    title = f"{label}: {len(live)} non-flat of {len(curves)} chains ({skipped} without a newline boundary), B={cfg.b}, N_MC={cfg.n_mc}"
     table = Table(title=title)
     for col in ("selector", "mean E", "± s.e.", "excess over floor", "fallbacks", "flip mass captured"):
         table.add_column(col, justify="left" if col == "selector" else "right")
