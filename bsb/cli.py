@@ -38,7 +38,8 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from bsb.eval.validate import ValidateConfig, run_validate
 
     try:
-        cfg = ValidateConfig(model=args.model, problems=args.problems, n_problems=args.n_problems, m=args.m, n_mc=args.n_mc, b=args.b,
+        b = args.b if args.b is not None else (3 if args.model == "embedded" else 10)
+        cfg = ValidateConfig(model=args.model, problems=args.problems, n_problems=args.n_problems, m=args.m, n_mc=args.n_mc, b=b,
                              temperature=args.temperature, max_response=args.max_response, seed=args.seed, out_dir=args.out,
                              backend=args.backend, bsv_path=args.bsv, **({"selectors": tuple(args.selectors)} if args.selectors else {}))
     except ValueError as err:
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     val.add_argument("--n-problems", type=int, default=24)
     val.add_argument("--m", type=int, default=128, help="candidate boundaries per chain")
     val.add_argument("--n-mc", type=int, default=16, help="completions per boundary")
-    val.add_argument("--b", type=int, default=10, help="boundaries each selector keeps")
+    val.add_argument("--b", type=int, default=None,
+                     help="boundaries each selector keeps (default 10 as in the paper; 3 on the embedded default, whose chains have about 8)")
     val.add_argument("--temperature", type=float, default=0.7)
     val.add_argument("--max-response", type=int, default=160)
     val.add_argument("--selectors", nargs="*", help="selectors to rank (default: every boundary selector)")

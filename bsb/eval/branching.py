@@ -2,7 +2,7 @@
 
 From a greedy root response, read the teacher-forced top-1 − top-2 logit margin Δz_t at every zero-based
 response position ``t`` in a window (default ``[4, 64)``), pick two positions, and at each one replace the
-root's token by the model's top-2 token and continue greedily. The root and the two branches are the k = 3
+root's token by the model's top-2 token (:func:`branch_prefixes`); the caller continues them greedily. The root and the two branches are the k = 3
 candidates of a voting rule (:mod:`bsb.eval.voting`).
 
 * ``min_margin``: ``t1`` = the smallest margin in the window; ``t2`` = the smallest margin with ``|t2 − t1| >= 2``.
@@ -58,15 +58,10 @@ def margins_and_top2(model, prompt: Sequence[int], response: Sequence[int]) -> t
     return (top.values[:, 0] - top.values[:, 1]).tolist(), top.indices[:, 1].tolist()
 
 
-def branch(backend, model, prompt: list[int], root: list[int], rule: str, max_new_tokens: int, eos_id: int | None,
-           window: tuple[int, int] = (4, 64)) -> tuple[list[list[int]], list[int], int]:
-    """The two branch responses (root prefix, the top-2 token, a greedy continuation), their positions, and the
-    fallback count. A root too short for the window yields no branches."""
+def branch_prefixes(model, prompt: list[int], root: list[int], rule: str, window: tuple[int, int] = (4, 64)) -> tuple[list[list[int]], list[int], int]:
+    """The two branch prefixes (the root up to a fork position, then the model's top-2 token there), their
+    positions, and the fallback count. A root too short for the window yields none. Continue each prefix
+    greedily (batched across questions by the caller) to get the branches."""
     margins, top2 = margins_and_top2(model, prompt, root)
     picks, fallback = fork_positions(margins, rule, window)
-    if not picks:
-        return [], [], 0
-    prefixes = [root[:t] + [top2[t]] for t in picks]
-    conts = backend.generate([prompt + p for p in prefixes], max_new_tokens=max(1, max_new_tokens - min(picks) - 1), temperature=0.0,
-                             eos_token_id=eos_id)
-    return [p + c[: max_new_tokens - len(p)] for p, c in zip(prefixes, conts)], picks, fallback
+    return [root[:t] + [top2[t]] for t in picks], picks, fallback

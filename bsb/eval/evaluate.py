@@ -18,7 +18,7 @@ import torch
 
 from bsb.eval.bootstrap import question_clustered
 from bsb.eval.branching import RULES as BRANCH_RULES
-from bsb.eval.branching import branch
+from bsb.eval.branching import branch_prefixes
 from bsb.eval.voting import RULES as VOTE_RULES
 from bsb.eval.voting import Candidate, vote
 
@@ -74,23 +74,36 @@ def run_evaluate(cfg: EvaluateConfig, console=None) -> dict:
     modes += [f"{b}_fork@3:{r}" for b in BRANCH_RULES for r in ("mdl_maj", "completed_root_maj")]
     scores = {m: [] for m in modes}
     fallbacks = {b: 0 for b in BRANCH_RULES}
+    prompts = [tok.encode(p, add_special_tokens=False) for p, _ in problems]
+    # one batched request per phase: the greedy roots, the k sampled draws, then every branch continuation
+    bar = tqdm(total=4, desc="evaluating (roots, draws, branch points, branches)", disable=not cfg.progress)
+    roots = backend.generate(prompts, cfg.max_response, temperature=0.0, eos_token_id=eos)
+    bar.update()
+    draws = backend.generate([p for p in prompts for _ in range(cfg.k)], cfg.max_response, temperature=cfg.temperature,
+                             top_p=cfg.top_p, seed=cfg.seed, eos_token_id=eos)
+    bar.update()
+    plans = {b: [branch_prefixes(model, p, r, b, cfg.window) for p, r in zip(prompts, roots)] for b in BRANCH_RULES}
+    bar.update()
+    reqs = [(b, qi, pre) for b in BRANCH_RULES for qi, (pres, _, _) in enumerate(plans[b]) for pre in pres]
+    conts = backend.generate([prompts[qi] + pre for _, qi, pre in reqs], cfg.max_response, temperature=0.0, eos_token_id=eos) if reqs else []
+    bar.update()
+    bar.close()
+    branches = {(b, qi): [] for b in BRANCH_RULES for qi in range(len(problems))}
+    for (b, qi, pre), c in zip(reqs, conts):
+        branches[(b, qi)].append(pre + c[: cfg.max_response - len(pre)])
     rows = []
-    for qi, (prompt_text, gold) in enumerate(tqdm(problems, desc="evaluating", disable=not cfg.progress)):
-        prompt = tok.encode(prompt_text, add_special_tokens=False)
-        root = backend.generate([prompt], cfg.max_response, temperature=0.0, eos_token_id=eos)[0]
-        r0 = cand(gold, root)
+    for qi, (_, gold) in enumerate(problems):
+        r0 = cand(gold, roots[qi])
         scores["mean@1"].append(float(r0.correct))
-        draws = backend.generate([prompt] * cfg.k, cfg.max_response, temperature=cfg.temperature, top_p=cfg.top_p,
-                                 seed=cfg.seed * 100_003 + qi, eos_token_id=eos)
-        cs = [cand(gold, d) for d in draws]
+        cs = [cand(gold, d) for d in draws[qi * cfg.k : (qi + 1) * cfg.k]]
         for r in VOTE_RULES:
             scores[f"{r}@{cfg.k}"].append(vote(cs, r, cfg.max_response, cfg.min_len).score)
         scores[f"pass@{cfg.k}"].append(float(any(c.correct for c in cs)))
         row = {"question": qi, "gold": gold, "root": r0.__dict__, "sampled": [c.__dict__ for c in cs]}
         for b in BRANCH_RULES:
-            branches, picks, fb = branch(backend, model, prompt, root, b, cfg.max_response, eos, cfg.window)
+            _, picks, fb = plans[b][qi]
             fallbacks[b] += fb
-            trio = [r0] + [cand(gold, x) for x in branches]
+            trio = [r0] + [cand(gold, x) for x in branches[(b, qi)]]
             for r in ("mdl_maj", "completed_root_maj"):
                 scores[f"{b}_fork@3:{r}"].append(vote(trio, r, cfg.max_response, cfg.min_len).score)
             row[b] = {"positions": picks, "fallback": fb, "branches": [c.__dict__ for c in trio[1:]]}
@@ -98,7 +111,8 @@ def run_evaluate(cfg: EvaluateConfig, console=None) -> dict:
     (out / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     base = np.array(scores["mean@1"])
-    table = Table(title=f"{path.name}: {len(problems)} questions, k={cfg.k} (T={cfg.temperature}, top-p {cfg.top_p})")
+    label = "embedded default" if cfg.model == "embedded" else path.name
+    table = Table(title=f"{label}: {len(problems)} questions, k={cfg.k} (T={cfg.temperature}, top-p {cfg.top_p})")
     for col in ("mode", "accuracy", "diff vs mean@1 [95% CI, question-clustered]"):
         table.add_column(col, justify="left" if col == "mode" else "right")
     md = ["| mode | accuracy | diff vs mean@1 [95% CI] |", "|---|---:|---:|"]

@@ -203,6 +203,10 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
 
     # --- table: mean E over non-flat problems, excess over the floor
     live = [r for r in curves if not r["flat"]]
+    whole = sum(len(r["cuts"]) <= cfg.b for r in live)
+    if whole:
+        console.print(f"[yellow]B={cfg.b} keeps every boundary of {whole} of {len(live)} non-flat chains: any selector that ranks "
+                      "them all scores E=0 there; a smaller --b separates the selectors[/yellow]")
     names = list(selectors)
     mean_e = {n: float(np.mean([r["error"][n] for r in live])) if live else math.nan for n in names}
     sem = {n: float(np.std([r["error"][n] for r in live]) / math.sqrt(len(live))) if len(live) > 1 else 0.0 for n in names}
