@@ -69,7 +69,7 @@ def tree_rollout(prompts: Sequence[list[int]], ids: Sequence[str], golds: Sequen
     pending = list(range(len(slots)))
     for round_ in range(cfg.max_refills + 1):
         if round_ > 0:  # refill the chains that could not fork with fresh roots
-            fresh = generate([list(prompts[slots[s][0]]) for s in pending], cfg.max_response, seed + 1000 * round_)
+            fresh = generate([list(prompts[slots[s][0]]) for s in pending], cfg.max_response, seed + 1_000_003 * round_)
             for s, r in zip(pending, fresh):
                 responses[s] = r
                 trees[slots[s][0]].refills += 1
@@ -88,7 +88,7 @@ def tree_rollout(prompts: Sequence[list[int]], ids: Sequence[str], golds: Sequen
     cuts = [f if f is not None else 0 for f in forks]  # a chain that never became forkable forks at 0
     reqs = [list(prompts[slots[s][0]]) + list(responses[s][: cuts[s]]) for s in range(len(slots)) for _ in range(cfg.siblings)]
     budget = [cfg.max_response - cuts[s] for s in range(len(slots)) for _ in range(cfg.siblings)]
-    conts = generate(reqs, max(budget), seed + 7919)
+    conts = generate(reqs, max(budget), seed + 7_919_993)  # per-request seeds never meet the roots' or refills'
     for s, (p, m) in enumerate(slots):
         tree, t = trees[p], cuts[s]
         tree.fork_positions.append(forks[s])

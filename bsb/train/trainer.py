@@ -202,7 +202,7 @@ class Trainer:
         times = RolloutTimes()
         census: dict = {}
         for round_ in range(cfg.max_gen_rounds):
-            trees, t, c = self._rollout(self._draw(step, round_), seed=cfg.seed * 1_000_003 + step * 101 + round_)
+            trees, t, c = self._rollout(self._draw(step, round_), seed=(cfg.seed * 1_000_003 + step) * 1_000_000_007 + round_ * 10_000_019)  # disjoint seed ranges
             times.generate_s += t.generate_s
             times.select_s += t.select_s
             times.tokens_generated += t.tokens_generated
