@@ -126,6 +126,17 @@ class Selector:
         """Scores for ``pool.positions`` and the token-forwards spent; raise CannotScore to fall back."""
         raise NotImplementedError
 
+    def score_many(self, items: list[tuple[int, ChainInput, CandidatePool]], backend) -> list[tuple[list[float], int] | CannotScore]:
+        """Scores of several chains ``(index, chain, pool)``, or the CannotScore of each chain that has none. The
+        default scores them one by one; a selector whose reads batch across chains overrides it."""
+        out: list[tuple[list[float], int] | CannotScore] = []
+        for i, chain, pool in items:
+            try:
+                out.append(self.score(chain, pool, backend, i))
+            except CannotScore as why:
+                out.append(why)
+        return out
+
     def select(self, chains: Sequence[ChainInput], newline_mask: torch.Tensor, backend=None) -> Selection:
         if self.needs_model and backend is None:
             raise ValueError(f"selector {self.name!r} reads the model: pass a backend")
@@ -133,25 +144,27 @@ class Selector:
         if missing:
             raise ValueError(f"selector {self.name!r} needs {', '.join(missing)}, which {type(backend).__name__} does not provide "
                              "(white-box reads need the HF backend)")
-        out = Selection(self.name)
+        choices: list[ForkChoice | None] = [None] * len(chains)
+        items = []
         for i, chain in enumerate(chains):
             pool = self.pool(chain, newline_mask)
             if not pool.forkable:
-                out.choices.append(ForkChoice(None, pool, []))
-                continue
-            if len(pool.positions) == 1:  # nothing to rank: every selector forks there
-                out.choices.append(ForkChoice(pool.positions[0], pool, [math.nan], fallback=f"one candidate ({pool.kind})"))
-                continue
-            try:
-                scores, spent = self.score(chain, pool, backend, i)
+                choices[i] = ForkChoice(None, pool, [])
+            elif len(pool.positions) == 1:  # nothing to rank: every selector forks there
+                choices[i] = ForkChoice(pool.positions[0], pool, [math.nan], fallback=f"one candidate ({pool.kind})")
+            else:
+                items.append((i, chain, pool))
+        for (i, _, pool), result in zip(items, self.score_many(items, backend)):
+            if not isinstance(result, CannotScore):
+                scores, spent = result
                 valid = [j for j, v in enumerate(scores) if not math.isnan(v)]
-                if not valid:
-                    raise CannotScore("no finite score")
-                best = max(valid, key=lambda j: (scores[j], -j))  # ties: the earlier boundary
-                out.choices.append(ForkChoice(pool.positions[best], pool, scores, token_forwards=spent))
-            except CannotScore as why:
-                out.choices.append(ForkChoice(_midpoint(pool, self.config), pool, [math.nan] * len(pool.positions), fallback=str(why)))
-        return out
+                if valid:
+                    best = max(valid, key=lambda j: (scores[j], -j))  # ties: the earlier boundary
+                    choices[i] = ForkChoice(pool.positions[best], pool, scores, token_forwards=spent)
+                    continue
+                result = CannotScore("no finite score")
+            choices[i] = ForkChoice(_midpoint(pool, self.config), pool, [math.nan] * len(pool.positions), fallback=str(result))
+        return Selection(self.name, choices)
 
 
 def _midpoint(pool: CandidatePool, config: SelectorConfig) -> int:
@@ -271,16 +284,29 @@ class ProbeJS(Selector):
     needs = ("probe_beliefs",)
 
     def score(self, chain, pool, backend, index):
-        if not self.config.suffix:
-            raise ValueError("probe_js needs SelectorConfig.suffix (the elicitation suffix token ids)")
-        if len(pool.positions) < 2:
-            raise CannotScore("one boundary: no belief change to score")
-        prompt = list(chain.prompt)
-        prefix, cuts = prompt + list(chain.response), [len(prompt) + t for t in pool.positions]
+        result = self.score_many([(index, chain, pool)], backend)[0]
+        if isinstance(result, CannotScore):
+            raise result
+        return result
+
+    def score_many(self, items, backend):
+        """Every chain's reads in one engine call when the backend batches across chains (``probe_beliefs_many``,
+        vLLM); one call per chain otherwise."""
         c = self.config
-        logp, idx, spent = backend.probe_beliefs(prefix, cuts, c.suffix, c.read_len, c.top_k, c.seed + index)  # (C, L, k)
-        js = kernels.floored_js(logp[:-1], idx[:-1], logp[1:], idx[1:]).mean(-1)  # (C-1,), JS averaged over L
-        return js.tolist() + [math.nan], spent  # fork-before: the last boundary has no next read
+        if not c.suffix:
+            raise ValueError("probe_js needs SelectorConfig.suffix (the elicitation suffix token ids)")
+        live = [(i, chain, pool) for i, chain, pool in items if len(pool.positions) >= 2]
+        asks = [(list(chain.prompt) + list(chain.response), [len(chain.prompt) + t for t in pool.positions]) for _, chain, pool in live]
+        seeds = [c.seed + i for i, _, _ in live]
+        if hasattr(backend, "probe_beliefs_many"):
+            reads = backend.probe_beliefs_many(asks, c.suffix, c.read_len, c.top_k, seeds)
+        else:
+            reads = [backend.probe_beliefs(p, cuts, c.suffix, c.read_len, c.top_k, sd) for (p, cuts), sd in zip(asks, seeds)]
+        scored = {}
+        for (i, _, _), (logp, idx, spent) in zip(live, reads):  # (C, L, k) each
+            js = kernels.floored_js(logp[:-1], idx[:-1], logp[1:], idx[1:]).mean(-1)  # (C-1,), JS averaged over L
+            scored[i] = (js.tolist() + [math.nan], spent)  # fork-before: the last boundary has no next read
+        return [scored.get(i, CannotScore("one boundary: no belief change to score")) for i, _, _ in items]
 
 
 class LensShift(Selector):

@@ -97,25 +97,40 @@ class VLLMBackend:
     def probe_beliefs(self, prefix, cuts, suffix, read_len: int = 1, k: int = 20, seed: int = 0):
         """Top-k elicited beliefs at every cut: ``(logp, idx)`` (C, L, k), and the tokens the engine computed
         (prompt tokens missing from its prefix cache plus the L read tokens)."""
+        return self.probe_beliefs_many([(prefix, cuts)], suffix, read_len, k, [seed])[0]
+
+    def probe_beliefs_many(self, asks, suffix, read_len: int = 1, k: int = 20, seeds=None):
+        """:meth:`probe_beliefs` for several chains ``[(prefix, cuts), ...]`` in one engine call (one seed per chain)."""
         from vllm import SamplingParams
 
         if k > self.max_logprobs:
             raise ValueError(f"k={k} exceeds the engine's logprob limit max_logprobs={self.max_logprobs}; raise max_logprobs or lower k")
         if read_len < 1:
             raise ValueError(f"read_len must be >= 1, got {read_len}")
-        prefix = [int(x) for x in torch.as_tensor(prefix).reshape(-1).tolist()]
+        seeds = list(seeds) if seeds is not None else [0] * len(asks)
         suffix = [int(x) for x in torch.as_tensor(suffix).reshape(-1).tolist()]
-        prompts = [prefix[:t] + suffix for t in cuts]
-        params = SamplingParams(max_tokens=read_len, min_tokens=read_len, ignore_eos=True, logprobs=k, temperature=1.0, seed=seed)
-        outs = self._run(prompts, params)
-        logp = torch.empty(len(cuts), read_len, k)
-        idx = torch.empty(len(cuts), read_len, k, dtype=torch.long)
-        spent = 0
-        for c, out in enumerate(outs):
-            spent += len(prompts[c]) - (out.num_cached_tokens or 0) + read_len
-            for pos, entries in enumerate(out.outputs[0].logprobs):
-                # The sampled token is added when it is outside the top-k: keep the k best (ties: lower id).
-                best = sorted(entries.items(), key=lambda kv: (-kv[1].logprob, kv[0]))[:k]
-                logp[c, pos] = torch.tensor([lp.logprob for _, lp in best])
-                idx[c, pos] = torch.tensor([tok for tok, _ in best])
-        return logp, idx, spent
+        prompts, params = [], []
+        for (prefix, cuts), seed in zip(asks, seeds):
+            prefix = [int(x) for x in torch.as_tensor(prefix).reshape(-1).tolist()]
+            sp = SamplingParams(max_tokens=read_len, min_tokens=read_len, ignore_eos=True, logprobs=k, temperature=1.0, seed=seed)
+            for t in cuts:
+                prompts.append(prefix[:t] + suffix)
+                params.append(sp)
+        outs = self._run(prompts, params) if prompts else []
+        results, start = [], 0
+        for _, cuts in asks:
+            rows = range(start, start + len(cuts))  # this chain's requests, in order
+            start += len(cuts)
+            logp = torch.empty(len(cuts), read_len, k)
+            idx = torch.empty(len(cuts), read_len, k, dtype=torch.long)
+            spent = 0
+            for c, j in enumerate(rows):
+                out = outs[j]
+                spent += len(prompts[j]) - (out.num_cached_tokens or 0) + read_len
+                for pos, entries in enumerate(out.outputs[0].logprobs):
+                    # The sampled token is added when it is outside the top-k: keep the k best (ties: lower id).
+                    best = sorted(entries.items(), key=lambda kv: (-kv[1].logprob, kv[0]))[:k]
+                    logp[c, pos] = torch.tensor([lp.logprob for _, lp in best])
+                    idx[c, pos] = torch.tensor([tok for tok, _ in best])
+            results.append((logp, idx, spent))
+        return results

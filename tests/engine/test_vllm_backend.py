@@ -69,6 +69,16 @@ def test_beliefs_match_the_hf_top_k(engine, hf):
     assert (ix == hix).float().mean() > 0.95  # near-ties may swap
 
 
+def test_reads_batched_across_chains_equal_the_per_chain_reads(engine):
+    chains = [_chain(4), _chain(5)]
+    asks = [(ch.prompt + ch.response, [15, 33, 51]) for ch in chains]
+    many = engine.probe_beliefs_many(asks, [11, 12], read_len=1, k=20, seeds=[3, 4])
+    for (prefix, cuts), seed, (lp, ix, spent) in zip(asks, [3, 4], many):
+        one_lp, one_ix, _ = engine.probe_beliefs(prefix, cuts, [11, 12], read_len=1, k=20, seed=seed)
+        torch.testing.assert_close(lp, one_lp, atol=1e-5, rtol=1e-5)
+        assert torch.equal(ix, one_ix) and spent > 0
+
+
 def test_several_read_positions_and_the_logprob_limit(engine):
     lp, ix, spent = engine.probe_beliefs(list(range(3, 60)), [10, 30], [11, 12], read_len=3, k=5, seed=1)
     assert lp.shape == ix.shape == (2, 3, 5) and spent > 0

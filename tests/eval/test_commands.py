@@ -36,9 +36,11 @@ def test_validate_writes_everything_and_resumes_without_new_completions(model_di
     assert "ranks first" in capsys.readouterr().out or "flat" in table
 
 
-def test_evaluate_runs_voting_and_branching(model_dir, tmp_path):
+def test_evaluate_runs_voting_and_branching_on_a_problem_file(model_dir, tmp_path):
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Compute {i} + 1.\n", "answer": str(i + 1)}) + "\n" for i in range(3)))
     out = tmp_path / "ev"
-    assert main(["evaluate", model_dir, "--n-problems", "3", "--max-response", "48", "--out", str(out)]) == 0
+    assert main(["evaluate", model_dir, str(problems), "--n-problems", "3", "--max-response", "48", "--out", str(out)]) == 0
     table = (out / "table.md").read_text()
     for mode in ("mean@1", "rand_maj@3", "maxlen_maj@3", "mdl_maj@3", "completed_root_maj@3", "pass@3",
                  "min_margin_fork@3:mdl_maj", "first_gap_fork@3:completed_root_maj"):
