@@ -41,7 +41,7 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         b = args.b if args.b is not None else (3 if args.model == "embedded" else 10)
         cfg = ValidateConfig(model=args.model, problems=args.problems, n_problems=args.n_problems, m=args.m, n_mc=args.n_mc, b=b,
                              temperature=args.temperature, max_response=args.max_response, seed=args.seed, out_dir=args.out,
-                             backend=args.backend, bsv_path=args.bsv, **({"selectors": tuple(args.selectors)} if args.selectors else {}))
+                             backend=args.backend, bsv_path=args.bsv, read_len=args.read_len, **({"selectors": tuple(args.selectors)} if args.selectors else {}))
     except ValueError as err:
         parser.error(str(err))
     result = run_validate(cfg)
@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     val.add_argument("--max-response", type=int, default=160)
     val.add_argument("--selectors", nargs="*", help="selectors to rank (default: every boundary selector)")
     val.add_argument("--bsv", help="a fitted BSV direction file (adds the bsv selector)")
+    val.add_argument("--read-len", type=int, default=1, help="Probe-JS read positions L (1 for math in the paper)")
     val.add_argument("--backend", default="auto", choices=("auto", "hf", "vllm"), help="completions through vLLM (auto: when installed)")
     val.add_argument("--seed", type=int, default=0)
     val.add_argument("--out", default="runs/validate", help="output directory (rerun with the same one to resume)")

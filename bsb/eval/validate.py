@@ -52,6 +52,7 @@ class ValidateConfig:
     max_operand: int = 5
     selectors: tuple[str, ...] = DEFAULT_SELECTORS
     bsv_path: str | None = None  # a fitted BSV direction adds the bsv selector
+    read_len: int = 1  # L, Probe-JS read positions (L > 1 reads past a first answer token that says little)
     temperature: float = 0.7  # chain and completion sampling temperature
     max_response: int = 160
     m: int = 128  # candidate boundaries per chain
@@ -161,7 +162,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         return tok.encode(ans, add_special_tokens=False) if ans else None
 
     store = CompletionStore(out / "completions.jsonl")
-    scfg = SelectorConfig(suffix=tok.encode(SUFFIX, add_special_tokens=False), seed=cfg.seed, bsv_path=cfg.bsv_path)
+    scfg = SelectorConfig(suffix=tok.encode(SUFFIX, add_special_tokens=False), seed=cfg.seed, bsv_path=cfg.bsv_path, read_len=cfg.read_len)
     selectors = {n: make_selector(n, scfg) for n in cfg.selectors}
     todo = []
     for i, p in enumerate(problems):
