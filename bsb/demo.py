@@ -15,8 +15,7 @@ from pathlib import Path
 import torch
 
 from bsb.engine.selectors import SELECTORS, ChainInput, SelectorConfig, make_selector
-
-SUFFIX = "So the final answer is \\boxed{"
+from bsb.tasks.synthetic import ANSWER_PREFIX
 
 
 @dataclass
@@ -79,7 +78,7 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
         return tok.encode(ans, add_special_tokens=False) if ans else None
 
     chains = [ChainInput(p, r, answer=answer_ids(t)) for p, r, t in zip(prompts, responses, texts)]
-    scfg = SelectorConfig(suffix=tok.encode(SUFFIX, add_special_tokens=False), seed=cfg.seed, margin_window=(4, 64))
+    scfg = SelectorConfig(suffix=tok.encode(ANSWER_PREFIX, add_special_tokens=False), seed=cfg.seed, margin_window=(4, 64))
 
     # --- every selector, chain by chain (timed per chain)
     names = [n for n in SELECTORS if n != "bsv"]

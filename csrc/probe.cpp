@@ -277,15 +277,21 @@ void topk_rows(const void* base, int dtype, int64_t rows, int64_t V, int k, floa
 // Row status codes (bsb/kernels/checks.py): the first that applies over all rows, in the reference's order.
 enum Status : int { OK = 0, HAS_NAN = 1, HAS_POSINF = 2, ALL_MASKED = 3, CHAINS_NOT_CONTIGUOUS = 4 };
 
-int row_status(const std::vector<float>& rmax, const std::vector<uint8_t>& rnan) {
-  for (size_t r = 0; r < rmax.size(); ++r)
-    if (rnan[r] || rmax[r] != rmax[r]) return HAS_NAN;
-  for (float m : rmax)
-    if (m == std::numeric_limits<float>::infinity()) return HAS_POSINF;
-  for (float m : rmax)
-    if (m == kNegInf) return ALL_MASKED;
-  return OK;
-}
+// Each row's max and NaN flag, filled during a kernel's own pass, turned into one status code (no extra read).
+struct RowChecks {
+  std::vector<float> max;
+  std::vector<uint8_t> nan;
+  explicit RowChecks(size_t rows) : max(rows), nan(rows) {}
+  int status() const {
+    for (size_t r = 0; r < max.size(); ++r)
+      if (nan[r] || max[r] != max[r]) return HAS_NAN;
+    for (float m : max)
+      if (m == std::numeric_limits<float>::infinity()) return HAS_POSINF;
+    for (float m : max)
+      if (m == kNegInf) return ALL_MASKED;
+    return OK;
+  }
+};
 
 // Eq. 2 then Eq. 1 for one pair of top-k rows; -inf entries are outside the support.
 double floored_js_pair(const float* la, const int64_t* ia, int ka, const float* lb, const int64_t* ib, int kb) {
@@ -337,10 +343,9 @@ T* ptr(uintptr_t a) { return reinterpret_cast<T*>(a); }
 
 int py_topk(uintptr_t logits, int dtype, int64_t rows, int64_t V, int k, uintptr_t lp, uintptr_t idx) {
   py::gil_scoped_release nogil;
-  std::vector<float> rmax(static_cast<size_t>(rows));
-  std::vector<uint8_t> rnan(static_cast<size_t>(rows));
-  topk_rows(ptr<const void>(logits), dtype, rows, V, k, ptr<float>(lp), ptr<int64_t>(idx), rmax.data(), rnan.data());
-  return row_status(rmax, rnan);
+  RowChecks chk(static_cast<size_t>(rows));
+  topk_rows(ptr<const void>(logits), dtype, rows, V, k, ptr<float>(lp), ptr<int64_t>(idx), chk.max.data(), chk.nan.data());
+  return chk.status();
 }
 
 void py_floored_js(uintptr_t la, uintptr_t ia, int ka, uintptr_t lb, uintptr_t ib, int kb, int64_t rows,
@@ -364,11 +369,11 @@ int py_probe_js(uintptr_t logits, int dtype, int64_t N, int64_t L, int64_t V, in
   std::sort(runs.begin(), runs.end());
   if (std::adjacent_find(runs.begin(), runs.end()) != runs.end()) return CHAINS_NOT_CONTIGUOUS;
   const size_t rows = size_t(N * L);
-  std::vector<float> lp(rows * size_t(k)), rmax(rows);
+  std::vector<float> lp(rows * size_t(k));
   std::vector<int64_t> idx(rows * size_t(k));
-  std::vector<uint8_t> rnan(rows);
-  topk_rows(ptr<const void>(logits), dtype, N * L, V, k, lp.data(), idx.data(), rmax.data(), rnan.data());
-  if (const int status = row_status(rmax, rnan)) return status;
+  RowChecks chk(rows);
+  topk_rows(ptr<const void>(logits), dtype, N * L, V, k, lp.data(), idx.data(), chk.max.data(), chk.nan.data());
+  if (const int status = chk.status()) return status;
   float* o = ptr<float>(out);
 #pragma omp parallel for schedule(static) if (N * L > 64)
   for (int64_t i = 0; i < N; ++i) {
@@ -390,10 +395,7 @@ int py_surprisal_entropy(uintptr_t logits, int dtype, int64_t rows, int64_t V, u
   const void* base = ptr<const void>(logits);
   const int64_t* tok = ptr<const int64_t>(tokens);
   float *so = ptr<float>(sur), *eo = ptr<float>(ent);
-  std::vector<float> rmax(static_cast<size_t>(rows));
-  std::vector<uint8_t> rnan(static_cast<size_t>(rows));
-  float* mo = rmax.data();
-  uint8_t* no = rnan.data();
+  RowChecks chk(static_cast<size_t>(rows));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t r = 0; r < rows; ++r) {
     const void* row = row_ptr(base, dtype, r, V);
@@ -405,10 +407,10 @@ int py_surprisal_entropy(uintptr_t logits, int dtype, int64_t rows, int64_t V, u
     const double lse = st.lse();
     so[r] = float(lse - double(xt));
     eo[r] = float(std::max(0.0, lse - st.sx / st.s));
-    mo[r] = st.m;
-    no[r] = st.nan;
+    chk.max[r] = st.m;
+    chk.nan[r] = st.nan;
   }
-  return row_status(rmax, rnan);
+  return chk.status();
 }
 
 // Per row: top-1 minus top-2 logit, one read pass; the row max and NaN flag for the input checks.
@@ -416,10 +418,7 @@ int py_logit_margin(uintptr_t logits, int dtype, int64_t rows, int64_t V, uintpt
   py::gil_scoped_release nogil;
   const void* base = ptr<const void>(logits);
   float* o = ptr<float>(out);
-  std::vector<float> rmax(static_cast<size_t>(rows));
-  std::vector<uint8_t> rnan(static_cast<size_t>(rows));
-  float* mo = rmax.data();
-  uint8_t* no = rnan.data();
+  RowChecks chk(static_cast<size_t>(rows));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t r = 0; r < rows; ++r) {
     const void* row = row_ptr(base, dtype, r, V);
@@ -439,10 +438,10 @@ int py_logit_margin(uintptr_t logits, int dtype, int64_t rows, int64_t V, uintpt
       }
     }
     o[r] = first - second;
-    mo[r] = first;
-    no[r] = nan;
+    chk.max[r] = first;
+    chk.nan[r] = nan;
   }
-  return row_status(rmax, rnan);
+  return chk.status();
 }
 
 }  // namespace

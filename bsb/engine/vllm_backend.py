@@ -26,6 +26,27 @@ import torch
 from bsb.engine.backend import TokenStats, check_generation_args
 
 
+def vllm_available() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def rollout_backend(kind: str, path, hf, max_len: int, seed: int = 0, kv_cache_gib: int = 1):
+    """``kind`` auto | vllm | hf: a :class:`VLLMBackend` on checkpoint ``path`` when asked for (or, for auto, when vLLM
+    is installed), else the HF backend ``hf``. The engine runs in-process, so the trainer can sync weights into it,
+    and its length is ``max_len`` capped at the model's positions."""
+    if kind not in ("auto", "vllm", "hf"):
+        raise ValueError(f"backend must be auto, vllm or hf, got {kind!r}")
+    if kind == "hf" or (kind == "auto" and not vllm_available()):
+        return hf
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    limit = getattr(hf.model.config, "max_position_embeddings", None) or max_len
+    return VLLMBackend(str(path), seed=seed, dtype="float32", kv_cache_gib=kv_cache_gib, max_model_len=min(max_len, limit))
+
+
 class VLLMBackend:
     def __init__(self, model: str, seed: int = 0, max_logprobs: int = 20, kv_cache_gib: int = 1, dtype: str = "auto",
                  max_model_len: int | None = None, max_num_batched_tokens: int | None = None, **llm_kwargs):

@@ -35,12 +35,13 @@ import torch
 
 from bsb.engine.boundaries import CandidatePool, candidate_pool, newline_token_mask
 from bsb.engine.selectors import SELECTORS, CannotScore, ChainInput, SelectorConfig, make_selector
+from bsb.engine.vllm_backend import rollout_backend
 from bsb.eval.reconstruction import is_flat, oracle_floor, reconstruction_error, top_b
 from bsb.eval.value_curve import CompletionStore, answer_belief, mc_values
+from bsb.tasks.synthetic import ANSWER_PREFIX
 
 TOKEN_WINDOW = ("min_margin", "first_gap")
 DEFAULT_SELECTORS = ("probe_js", "lens_shift", "entropy", "midpoint", "uniform", "random", "newline")
-SUFFIX = "So the final answer is \\boxed{"
 
 
 @dataclass
@@ -83,24 +84,6 @@ class ValidateConfig:
             raise ValueError(f"backend must be auto, hf or vllm, got {self.backend!r}")
 
 
-def _completion_backend(cfg: ValidateConfig, path: Path, hf):
-    if cfg.backend == "hf":
-        return hf
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        if cfg.backend == "vllm":
-            raise
-        return hf
-    import os
-
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    from bsb.engine.vllm_backend import VLLMBackend
-
-    limit = getattr(hf.model.config, "max_position_embeddings", None) or 4096
-    return VLLMBackend(str(path), seed=cfg.seed, dtype="float32", max_model_len=min(limit, 1024 + cfg.max_response))
-
-
 def _scores(name: str, sel, chain: ChainInput, pool: CandidatePool, reads, index: int) -> tuple[list[float], bool]:
     """Per-boundary scores and whether the selector fell back to the midpoint ranking."""
     mid = [-abs(t - pool.chain_len / 2) for t in pool.positions]
@@ -139,7 +122,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     tok = transformers.AutoTokenizer.from_pretrained(path)
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     hf = HFBackend(model, tok)
-    gen = _completion_backend(cfg, path, hf)
+    gen = rollout_backend(cfg.backend, path, hf, 1024 + cfg.max_response, cfg.seed)  # completions through vLLM when installed
     eos, grader = tok.eos_token_id, MathGrader()
     newline = newline_token_mask(tok, hf.vocab_size)
     problems = problem_set(cfg.problems, cfg.n_problems, cfg.ops, cfg.max_operand, cfg.seed)
@@ -162,7 +145,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         return tok.encode(ans, add_special_tokens=False) if ans else None
 
     store = CompletionStore(out / "completions.jsonl")
-    scfg = SelectorConfig(suffix=tok.encode(SUFFIX, add_special_tokens=False), seed=cfg.seed, bsv_path=cfg.bsv_path, read_len=cfg.read_len)
+    scfg = SelectorConfig(suffix=tok.encode(ANSWER_PREFIX, add_special_tokens=False), seed=cfg.seed, bsv_path=cfg.bsv_path, read_len=cfg.read_len)
     selectors = {n: make_selector(n, scfg) for n in cfg.selectors}
     todo = []
     for i, p in enumerate(problems):

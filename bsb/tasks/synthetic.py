@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Union
 
 Tree = Union[int, "Op"]  # noqa: UP007
+ANSWER_PREFIX = "So the final answer is \\boxed{"  # how every chain states its answer; also the probes' elicitation suffix
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def _try_chain(problem: ArithProblem, rng: random.Random, kind: str) -> Chain | 
     final = evaluate(tree)
     if kind == "wrong" and final == problem.answer:
         return None
-    response = "\n".join(lines) + f"\nSo the final answer is \\boxed{{{final}}}."
+    response = "\n".join(lines) + f"\n{ANSWER_PREFIX}{final}}}."
     return Chain(problem, response, final, kind, pivot)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bsb.engine.selectors import SELECTORS
+from bsb.tasks.synthetic import ANSWER_PREFIX
 from bsb.train.advantages import ADVANTAGES
 from bsb.train.loss import LOSSES
 from bsb.train.samplers import EARLY_EOS_RULES
@@ -43,7 +44,7 @@ class TrainConfig:
     selector: str = "probe_js"  # fork-point selector (tree rollout): one of bsb.engine.selectors.SELECTORS
     max_candidates: int = 16  # C, candidate boundaries scored per chain
     range_cap: float = 1.0  # ρ, score only the first ρ of each chain (0.5 on base models)
-    probe_suffix: str = "So the final answer is \\boxed{"  # elicitation suffix of Probe-JS / Lens-Shift
+    probe_suffix: str = ANSWER_PREFIX  # elicitation suffix of Probe-JS / Lens-Shift (the synthetic chains' last line)
     max_refills: int = 2  # refill rounds for chains that cannot fork
     two_stage_t_min: int = 96  # T_min of the causal newline stop (two_stage)
     two_stage_t_max: int = 160  # T_max (two_stage)

@@ -45,14 +45,6 @@ from bsb.train.samplers import TwoStageConfig, two_stage_rollout
 from bsb.train.tree import PromptTree
 
 
-def vllm_available() -> bool:
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 class Trainer:
     def __init__(self, cfg: TrainConfig, rollout_backend=None, resume: bool = True):
         """``rollout_backend``: an existing engine to generate with (e.g. one shared vLLM engine); by default one
@@ -98,19 +90,15 @@ class Trainer:
 
     # ---------------------------------------------------------------- setup
     def _make_backend(self, path: Path):
-        use_vllm = self.cfg.backend == "vllm" or (self.cfg.backend == "auto" and vllm_available())
-        if not use_vllm:
-            return self.hf
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the weight sync needs the in-process engine
-        from bsb.engine.vllm_backend import VLLMBackend
+        from bsb.engine.vllm_backend import rollout_backend as make_backend
 
-        need = self.cfg.max_prompt_len + self.cfg.max_response_len + 64  # + room for a probe suffix and read
-        limit = getattr(self.policy.config, "max_position_embeddings", None) or need
-        if self.cfg.max_prompt_len + self.cfg.max_response_len > limit:
-            raise ValueError(f"max_prompt_len + max_response_len = {self.cfg.max_prompt_len + self.cfg.max_response_len} exceeds the model's "
+        cfg = self.cfg
+        limit = getattr(self.policy.config, "max_position_embeddings", None)
+        if limit and cfg.max_prompt_len + cfg.max_response_len > limit:
+            raise ValueError(f"max_prompt_len + max_response_len = {cfg.max_prompt_len + cfg.max_response_len} exceeds the model's "
                              f"{limit} positions")
-        return VLLMBackend(str(path), seed=self.cfg.seed, dtype="float32", kv_cache_gib=self.cfg.vllm_kv_cache_gib,
-                           max_model_len=min(need, limit))
+        # + room for a probe: the elicitation suffix and its read
+        return make_backend(cfg.backend, path, self.hf, cfg.max_prompt_len + cfg.max_response_len + 64, cfg.seed, cfg.vllm_kv_cache_gib)
 
     def _problems(self):
         """(train, val): lists of (id, prompt text, gold), or for synthetic training a generator per step."""
