@@ -6,11 +6,11 @@ import argparse
 import sys
 
 
-def _demo(args: argparse.Namespace) -> int:
+def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from bsb.demo import DemoConfig, run_demo
 
-    cfg = DemoConfig(model=args.model, problems=args.problems, n_problems=args.chains, max_response=args.max_response,
-                     n_mc=args.n_mc, seed=args.seed, out=args.out, quick=args.quick)
+    cfg = DemoConfig(model=args.model, problems=args.problems, task=args.task, task_options=_task_options(args.task_option, parser),
+                     n_problems=args.chains, max_response=args.max_response, n_mc=args.n_mc, seed=args.seed, out=args.out, quick=args.quick)
     if args.quick:
         cfg.n_problems, cfg.n_mc, cfg.max_response = min(cfg.n_problems, 2), min(cfg.n_mc, 2), min(cfg.max_response, 64)
     run_demo(cfg)
@@ -23,8 +23,7 @@ def _train(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     try:  # a config or a model that cannot run is a usage error, reported in one line
         data = TrainConfig.from_yaml(args.config).to_dict() if args.config else {}
-        data.update(parse_overrides(args.set))
-        trainer = Trainer(TrainConfig.from_dict(data), resume=not args.no_resume)
+        trainer = Trainer(TrainConfig.from_dict(parse_overrides(args.set, data)), resume=not args.no_resume)
     except (ValueError, FileNotFoundError) as err:
         parser.error(str(err))
     rows = trainer.run()
@@ -41,7 +40,8 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         b = args.b if args.b is not None else (3 if args.model == "embedded" else 10)
         cfg = ValidateConfig(model=args.model, problems=args.problems, n_problems=args.n_problems, m=args.m, n_mc=args.n_mc, b=b,
                              temperature=args.temperature, max_response=args.max_response, seed=args.seed, out_dir=args.out,
-                             backend=args.backend, bsv_path=args.bsv, read_len=args.read_len, **({"selectors": tuple(args.selectors)} if args.selectors else {}))
+                             backend=args.backend, bsv_path=args.bsv, read_len=args.read_len, task=args.task,
+                             task_options=_task_options(args.task_option, parser), **({"selectors": tuple(args.selectors)} if args.selectors else {}))
     except ValueError as err:
         parser.error(str(err))
     result = run_validate(cfg)
@@ -59,9 +59,34 @@ def _evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.k < 1 or args.n_problems < 1:
         parser.error("--k and --n-problems must be >= 1")
     cfg = EvaluateConfig(model=args.model, problems=args.problems, n_problems=args.n_problems, k=args.k, temperature=args.temperature,
-                         max_response=args.max_response, seed=args.seed, out_dir=args.out)
+                         max_response=args.max_response, seed=args.seed, out_dir=args.out, budget=args.budget, task=args.task,
+                         task_options=_task_options(args.task_option, parser))
     run_evaluate(cfg)
     return 0
+
+
+def _cost(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from bsb.engine.cost import StepShape
+    from bsb.eval.overhead import cost_report
+
+    try:
+        shape = None
+        if args.mean_chain_len is not None:
+            shape = StepShape(mean_chain_len=args.mean_chain_len, train_tokens=args.train_tokens, prompts=args.prompts, chains=args.chains,
+                              siblings=args.siblings, candidates=args.candidates, suffix_len=args.suffix_len, read_len=args.read_len)
+        cost_report(shape, args.metrics)
+    except (ValueError, FileNotFoundError) as err:
+        parser.error(str(err))
+    return 0
+
+
+def _task_options(pairs: list[str], parser: argparse.ArgumentParser) -> dict | None:
+    from bsb.train.config import parse_overrides
+
+    try:
+        return parse_overrides(pairs) if pairs else None
+    except ValueError as err:
+        parser.error(str(err))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--out", default="bsb_demo.png", help="where the figure goes")
     demo.add_argument("--quick", action="store_true", help="a test-size model and tiny budgets: checks the pipeline in seconds")
-    train = sub.add_parser("train", help="tree RLVR training (vLLM rollouts when installed)")
+    from bsb.train.config import TrainConfig
+
+    train = sub.add_parser("train", help="tree RLVR training (vLLM rollouts when installed)", formatter_class=argparse.RawDescriptionHelpFormatter,
+                           epilog="config fields (set in YAML with --config, or with --set FIELD=VALUE; task_options.NAME=VALUE sets one "
+                                  "task option):\n" + TrainConfig.help_text())
     train.add_argument("--config", help="YAML file of TrainConfig fields (see bsb/train/config.py)")
     train.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="override config fields, e.g. --set selector=entropy steps=20")
     train.add_argument("--no-resume", action="store_true", help="start over even if out_dir holds a checkpoint")
@@ -92,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     val.add_argument("--max-response", type=int, default=160)
     val.add_argument("--selectors", nargs="*", help="selectors to rank (default: every boundary selector)")
     val.add_argument("--bsv", help="a fitted BSV direction file (adds the bsv selector)")
-    val.add_argument("--read-len", type=int, default=1, help="Probe-JS read positions L (1 for math in the paper)")
+    val.add_argument("--read-len", type=int, default=None, help="Probe-JS read positions L (default: the task's; 1 for math)")
     val.add_argument("--backend", default="auto", choices=("auto", "hf", "vllm"), help="completions through vLLM (auto: when installed)")
     val.add_argument("--seed", type=int, default=0)
     val.add_argument("--out", default="runs/validate", help="output directory (rerun with the same one to resume)")
@@ -105,7 +134,24 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--max-response", type=int, default=160)
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--out", default="runs/evaluate")
+    ev.add_argument("--budget", default="exact", choices=("exact", "eff_cap"),
+                    help="branch continuations' cap: exact, or seed 001's batched per-row eff_cap")
+    for p in (demo, val, ev):
+        p.add_argument("--task", default=None, help="arith | math | package.module:Class (default: math with a problem file, else arith)")
+        p.add_argument("--task-option", nargs="*", default=[], metavar="NAME=VALUE", help="task options, e.g. --task-option ops=[2,3] gate_chars=30")
+    cst = sub.add_parser("cost", help="probe FLOP overhead: the paper's arms (App. B), your step shape, a run's measured shares")
+    cst.add_argument("--metrics", help="a run's metrics.jsonl: print its measured shares beside the analytical ones")
+    cst.add_argument("--mean-chain-len", type=float, help="T̄ of your shape (adds a row)")
+    cst.add_argument("--train-tokens", type=float, default=0.0, help="T_train, tokens trained per step")
+    cst.add_argument("--prompts", type=int, default=32, help="P_gen")
+    cst.add_argument("--chains", type=int, default=4, help="M")
+    cst.add_argument("--siblings", type=int, default=2, help="k")
+    cst.add_argument("--candidates", type=int, default=16, help="C")
+    cst.add_argument("--suffix-len", type=int, default=9, help="E, suffix tokens")
+    cst.add_argument("--read-len", type=int, default=1, help="L")
     args = parser.parse_args(argv)
+    if args.command == "cost":
+        return _cost(args, parser)
     if args.command == "validate":
         return _validate(args, parser)
     if args.command == "evaluate":
@@ -117,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--chains and --n-mc must be >= 1 and --max-response >= 8")
         if args.model != "embedded" and args.problems is None:
             parser.error("a model other than the embedded default needs a problem file: bsb demo MODEL PROBLEMS")
-        return _demo(args)
+        return _demo(args, parser)
     return 1
 
 

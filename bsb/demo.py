@@ -15,16 +15,15 @@ from pathlib import Path
 import torch
 
 from bsb.engine.selectors import SELECTORS, ChainInput, SelectorConfig, make_selector
-from bsb.tasks.synthetic import ANSWER_PREFIX
 
 
 @dataclass
 class DemoConfig:
     model: str = "embedded"  # a local HF checkpoint directory, or "embedded"
-    problems: str | None = None  # a JSONL/Parquet problem file; None: synthetic arithmetic problems
+    problems: str | None = None  # a problem file (the math task's held-out set); None: the task's own problems
+    task: str | None = None  # arith | math | package.module:Class (default: math with a problem file, else arith)
+    task_options: dict | None = None
     n_problems: int = 4  # chains sampled (one per problem)
-    ops: tuple[int, ...] = (2, 3)  # synthetic problems' operation counts
-    max_operand: int = 5
     max_response: int = 160  # response token cap
     temperature: float = 0.7  # chain and completion sampling temperature
     n_mc: int = 8  # completions per boundary for V*
@@ -45,14 +44,14 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     from bsb.engine.hf_backend import HFBackend
     from bsb.eval.figures import case_plot
     from bsb.eval.value_curve import answer_belief, mc_values
-    from bsb.tasks.math_grader import MathGrader, extract_boxed
-    from bsb.tasks.problems import problem_set
+    from bsb.tasks.registry import offline_task
     from bsb.tasks.tiny_model import TinyConfig, resolve_model, train_tiny_model
 
     console = console or Console()
     t_start = time.perf_counter()
+    task = offline_task(cfg.task, cfg.task_options, cfg.problems)
     if cfg.quick and cfg.model == "embedded":
-        path = train_tiny_model(TinyConfig(steps=60, batch=8, hidden=64, layers=1, max_operand=cfg.max_operand, ops=(1, 2)), progress=cfg.progress)
+        path = train_tiny_model(TinyConfig(steps=60, batch=8, hidden=64, layers=1, ops=(1, 2)), progress=cfg.progress)
     else:
         path = resolve_model(cfg.model)
     tok = transformers.AutoTokenizer.from_pretrained(path)
@@ -60,9 +59,9 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     backend = HFBackend(model, tok)
     eos = tok.eos_token_id
     newline = newline_token_mask(tok, backend.vocab_size)
-    grader = MathGrader()
-    problems = [(p.prompt, p.answer) for p in problem_set(cfg.problems, cfg.n_problems, cfg.ops, cfg.max_operand, cfg.seed)]
-    prompts = [tok.encode(p, add_special_tokens=False) for p, _ in problems]
+    problem_set = task.sample(cfg.n_problems, cfg.seed)
+    problems = [(p.prompt, p.answer) for p in problem_set]
+    prompts = [tok.encode(task.format_prompt(p), add_special_tokens=False) for p in problem_set]
 
     # --- rollout: one chain per problem (timed per chain, so each read is set against its own rollout)
     responses, rollout_s = [], []
@@ -71,21 +70,22 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
         responses.append(backend.generate([p], max_new_tokens=cfg.max_response, temperature=cfg.temperature, seed=cfg.seed + i, eos_token_id=eos)[0])
         rollout_s.append(time.perf_counter() - t0)
     texts = [tok.decode(r, skip_special_tokens=True) for r in responses]
-    correct = [grader.grade(t, g) for t, (_, g) in zip(texts, problems)]
+    correct = [task.verify(t, p).correct for t, p in zip(texts, problem_set)]
 
     def answer_ids(text):
-        ans = extract_boxed(text)
+        ans = task.answer_span(text)
         return tok.encode(ans, add_special_tokens=False) if ans else None
 
     chains = [ChainInput(p, r, answer=answer_ids(t)) for p, r, t in zip(prompts, responses, texts)]
-    scfg = SelectorConfig(suffix=tok.encode(ANSWER_PREFIX, add_special_tokens=False), seed=cfg.seed, margin_window=(4, 64))
+    scfg = SelectorConfig(suffix=tok.encode(task.probe_suffix, add_special_tokens=False), seed=cfg.seed, read_len=task.read_len,
+                          margin_window=(4, 64))
 
     # --- every selector, chain by chain (timed per chain)
     names = [n for n in SELECTORS if n != "bsv"]
     picks: dict[str, list] = {}
     read_s: dict[str, list[float]] = {}
     for name in tqdm(names, desc="selectors", disable=not cfg.progress, leave=False):
-        sel = make_selector(name, scfg)
+        sel = make_selector(name, scfg, backend)
         picks[name], read_s[name] = [], []
         for ch in chains:
             t0 = time.perf_counter()
@@ -121,14 +121,15 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     cuts = [t for t in cuts if t < cfg.max_response]
     bar = tqdm(total=len(cuts) * cfg.n_mc, desc=f"V* of chain {k} ({len(cuts)} boundaries x {cfg.n_mc})", disable=not cfg.progress, leave=False)
     t0 = time.perf_counter()
-    v = mc_values(backend, ch.prompt, ch.response, cuts, cfg.n_mc, lambda ids: (grader.grade(tok.decode(ids, skip_special_tokens=True), gold), ""),
+    v = mc_values(backend, ch.prompt, ch.response, cuts, cfg.n_mc, lambda ids: (task.verify(tok.decode(ids, skip_special_tokens=True), problem_set[k]).correct, ""),
                   cfg.max_response, eos, temperature=cfg.temperature, seed=cfg.seed, progress=bar.update)
     bar.close()
     mc_s = time.perf_counter() - t0
     xs, vs = cuts + [len(ch.response)], v + [float(correct[k])]
-    # the elicited belief in the gold answer (closed by "}") and the JS score of each boundary (fork-before)
+    # the elicited belief in the gold answer (as the task continues the suffix with it) and the JS score of each boundary (fork-before)
     pool = picks["probe_js"][k].pool.positions
-    belief = answer_belief(backend, ch.prompt, ch.response, cuts, scfg.suffix, tok.encode(gold + "}", add_special_tokens=False))
+    belief = answer_belief(backend, ch.prompt, ch.response, cuts, scfg.suffix,
+                           tok.encode(task.gold_continuation(problem_set[k]), add_special_tokens=False))
     js = [dict(zip(pool, picks["probe_js"][k].scores)).get(t, 0.0) for t in cuts]
     flips = {name: _flip_mass(xs, vs, picks[name][k].fork) for name in names}
     png = case_plot(cfg.out, xs, vs, {n: picks[n][k].fork for n in names}, belief=belief + [math.nan], js=js + [0.0],

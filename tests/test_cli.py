@@ -33,3 +33,23 @@ def test_train_rejects_a_config_that_cannot_run(override, message, capsys):
     with pytest.raises(SystemExit):
         main(["train", "--set", override])
     assert message in capsys.readouterr().err
+
+
+def test_cost_reproduces_appendix_b_and_reads_a_runs_metrics(tmp_path, capsys):
+    import json
+
+    from bsb.cli import main
+
+    rows = [{"step": 0, "val_accuracy": 0.5},
+            {"step": 1, "probe_tokens": 100, "tokens_generated": 900, "tokens_trained": 1000, "probe_frac": 0.1},
+            {"step": 2, "probe_tokens": 100, "tokens_generated": 1100, "tokens_trained": 1000, "probe_frac": 0.3}]
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["cost", "--metrics", str(metrics), "--mean-chain-len", "2000", "--train-tokens", "500000"]) == 0
+    out = capsys.readouterr().out
+    for share in ("6.03%", "1.34%", "1.92%", "0.45%", "16.96%", "3.20%", "26.32%", "4.33%"):  # App. B's math and code arms
+        assert share in out, share
+    # measured: 200 probe tokens over 2,000 generated; 2·200 / (2·2000 + 6·2000 + 2·200) of the step; 20% wall clock
+    assert "10.00%" in out and f"{100 * 400 / (4000 + 12000 + 400):.2f}%" in out and "20.0%" in out
+    with pytest.raises(SystemExit):
+        main(["cost", "--metrics", str(tmp_path / "none.jsonl")])

@@ -1,16 +1,82 @@
-"""What a backend offers the selectors and the trainer, and the checks both backends share.
+"""What a backend offers the selectors and the trainer: declared protocols and a capabilities record.
 
-A backend has ``generate(prompts, max_new_tokens, temperature, top_p, seed, eos_token_id)`` (token ids in and
-out) and ``probe_beliefs(prefix, cuts, suffix, read_len, k, seed)`` (the top-k elicited beliefs, Probe-JS).
-``token_stats(prompt, response)`` serves the token-level baselines. White-box reads (``reads``, ``model``:
-Lens-Shift, BSV) exist only on :class:`bsb.engine.hf_backend.HFBackend`.
+Every backend declares :class:`Capabilities` (a class attribute ``capabilities``); a selector asks for what its
+reads need once, when it is bound to a backend (:func:`require`), and gets a clear error naming what is missing.
+The protocols a capability promises:
+
+==================  =========================================================================================
+capability          methods
+==================  =========================================================================================
+``generate``        ``generate(prompts, max_new_tokens, temperature, top_p, seed, eos_token_id)`` (token ids)
+``belief_logits``   ``probe_logits(asks, suffix, read_len, seeds)``: each chain's read logits (C, L, V) on the
+                    backend's device; Probe-JS runs the fused ``bsb.kernels.probe_js`` on them (white-box)
+``belief_topk``     ``probe_topk(asks, suffix, read_len, k, seeds)``: each chain's top-k beliefs (C, L, k);
+                    Probe-JS runs ``bsb.kernels.probe_js_topk`` on them (black-box engines)
+``token_stats``     ``token_stats(prompt, response)``: :class:`TokenStats` (surprisal, margin; entropy when
+                    ``token_entropy``)
+``white_box``       ``model`` (the HF module), ``reads(...)`` (the packed forward) and
+                    ``lens_profiles(prefix, cuts, suffix, answer)``: Lens-Shift and BSV
+``weight_sync``     ``load_weights(state_dict)``: the trainer's per-step sync into a running engine
+==================  =========================================================================================
+
+``asks`` is a list of ``(prefix, cuts)``: one chain's prompt + response token ids and its read positions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
+
+CAPABILITY_HELP = {
+    "generate": "sampling continuations",
+    "belief_logits": "probe read logits (white-box)",
+    "belief_topk": "probe top-k beliefs",
+    "token_stats": "per-token surprisal and logit margins",
+    "token_entropy": "full next-token entropy",
+    "white_box": "hidden states and the model itself",
+    "weight_sync": "loading new weights into the running engine",
+}
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    generate: bool = True
+    belief_logits: bool = False
+    belief_topk: bool = False
+    token_stats: bool = False
+    token_entropy: bool = False
+    white_box: bool = False
+    weight_sync: bool = False
+
+    def names(self) -> list[str]:
+        return [f.name for f in fields(self) if getattr(self, f.name)]
+
+
+class BackendError(ValueError):
+    """A selector or the trainer asked a backend for reads it does not declare."""
+
+
+def capabilities(backend) -> Capabilities:
+    """The backend's declared :class:`Capabilities` (an object that declares none is not a backend)."""
+    caps = getattr(type(backend), "capabilities", None)
+    if not isinstance(caps, Capabilities):
+        raise BackendError(f"{type(backend).__name__} is not a bsb backend: it declares no `capabilities: Capabilities` "
+                           "(see bsb.engine.backend)")
+    return caps
+
+
+def require(backend, who: str, *any_of: str) -> str:
+    """The first capability of ``any_of`` that ``backend`` declares; a :class:`BackendError` naming them otherwise."""
+    if backend is None:
+        raise BackendError(f"{who} reads the model: pass a backend")
+    caps = capabilities(backend)
+    for name in any_of:
+        if getattr(caps, name):
+            return name
+    wanted = " or ".join(f"{n} ({CAPABILITY_HELP[n]})" for n in any_of)
+    raise BackendError(f"{who} needs {wanted}, which {type(backend).__name__} does not provide (it declares: "
+                       f"{', '.join(caps.names())}); white-box reads need the HF backend")
 
 
 @dataclass

@@ -17,6 +17,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The paper's arms (App. B): (domain, model, T̄ mean chain length, T_train tokens trained per step, L read length).
+# Nemotron's math T̄ is inferred from its measured T_roll ≈ 660k over 8·32 chain-equivalents.
+PAPER_ARMS = (
+    ("math", "OLMo", 1327, 389_000, 1),
+    ("math", "Qwen", 4164, 1_158_000, 1),
+    ("math", "Nemotron", 660_000 / (8 * 32), 752_000, 1),
+    ("code", "OLMo", 1179, 415_000, 16),
+    ("code", "Qwen", 760, 312_000, 16),
+    ("code", "Nemotron", 6557, 1_977_000, 16),
+)
+
 
 @dataclass(frozen=True)
 class StepShape:
@@ -78,3 +89,18 @@ def lens_tokens_per_chain(mean_chain_len: float, candidates: int, suffix_len: in
     if mode == "packed":
         return mean_chain_len + per_suffix
     raise ValueError(f"mode must be 'reforward', 'prefix_reuse' or 'packed', got {mode!r}")
+
+
+def measured_shares(rows: list[dict]) -> dict:
+    """Probe overhead measured by a run, from its ``metrics.jsonl`` step rows: token-forwards of the probe reads over
+    the tokens generated (the measured F_probe / F_roll), the FLOP share of the step with the same 2N / 6N weights as
+    :func:`probe_over_step`, and the wall-clock share of the step spent selecting (``probe_frac``)."""
+    steps = [r for r in rows if "probe_tokens" in r]
+    if not steps:
+        raise ValueError("no training-step rows (with probe_tokens) in these metrics")
+    probe = sum(r["probe_tokens"] for r in steps)
+    gen = sum(r["tokens_generated"] for r in steps)
+    train = sum(r["tokens_trained"] for r in steps)
+    return {"steps": len(steps), "probe_over_rollout": probe / gen if gen else float("nan"),
+            "probe_over_step": 2 * probe / (2 * gen + 6 * train + 2 * probe) if gen + train + probe else float("nan"),
+            "time_share": sum(r["probe_frac"] for r in steps) / len(steps)}

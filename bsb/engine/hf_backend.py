@@ -1,8 +1,9 @@
 """White-box backend: a Hugging Face causal LM (CPU or GPU) for rollouts and belief reads.
 
 * :meth:`HFBackend.generate`: batched, seeded sampling (temperature, top-p, max new tokens) from token ids.
-* :meth:`HFBackend.reads`: the packed prefix-shared forward (:mod:`bsb.engine.packed`); :meth:`probe_beliefs`
-  turns it into the top-k beliefs of Probe-JS (the interface the vLLM backend shares).
+* :meth:`HFBackend.reads`: the packed prefix-shared forward (:mod:`bsb.engine.packed`); :meth:`probe_logits`
+  returns the Probe-JS read logits on the model's device (the fused kernel reads them there);
+  :meth:`lens_profiles` the Lens-Shift depth profiles (Eq. 3) through ``bsb.kernels.lens_logprobs``.
 * :meth:`HFBackend.token_stats`: per response token, the sampled token's surprisal, the entropy of the full
   next-token distribution and the top-1 − top-2 logit margin. The LM head runs over chunks of positions,
   so a long chain never materialises its (T × V) logits.
@@ -10,15 +11,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import torch
 
 from bsb import kernels
-from bsb.engine.backend import TokenStats, check_generation_args
-from bsb.engine.hf_model import check_supported
+from bsb.engine.backend import Capabilities, TokenStats, check_generation_args
+from bsb.engine.hf_model import check_supported, lens_parts
 from bsb.engine.packed import Reads, naive_reads, packed_reads
 
 
 class HFBackend:
+    capabilities = Capabilities(generate=True, belief_logits=True, token_stats=True, token_entropy=True, white_box=True)
+
     def __init__(self, model, tokenizer=None, chunk_positions: int = 256, max_pack_tokens: int | None = None):
         """``chunk_positions``: positions per LM-head chunk in :meth:`token_stats`; ``max_pack_tokens``: cap on
         one packed sequence (None: each chain's reads in one pass)."""
@@ -29,8 +35,9 @@ class HFBackend:
         self.packed = True
         try:
             check_supported(model)
-        except ValueError:
-            self.packed = False  # unknown family: fall back to the per-candidate re-forward (no hidden states)
+        except ValueError as why:
+            self.packed = False  # unknown family: the per-candidate re-forward (no hidden states)
+            warnings.warn(f"{why}; HFBackend reads through the naive per-candidate re-forward", RuntimeWarning, stacklevel=2)
 
     @property
     def device(self) -> torch.device:
@@ -45,16 +52,31 @@ class HFBackend:
             return packed_reads(self.model, prefix, cuts, suffix, answer, with_hidden, self.max_pack_tokens)
         return naive_reads(self.model, prefix, cuts, suffix, answer, with_hidden)
 
-    def probe_beliefs(self, prefix, cuts, suffix, read_len: int = 1, k: int = 20, seed: int = 0):
-        """Top-k elicited beliefs at every cut: ``(logp, idx)`` of shape (C, L, k) and the token-forwards spent.
-        L = 1 comes from the packed forward; L > 1 from :meth:`sampled_reads`."""
-        if read_len == 1:
-            reads = self.reads(prefix, cuts, suffix)
-            logits, spent = reads.read_logits[:, None], reads.token_forwards
-        else:
-            logits, spent = self.sampled_reads(prefix, cuts, suffix, read_len, seed)
-        logp, idx = kernels.topk_logprobs(logits.float().cpu(), min(k, logits.shape[-1]))
-        return logp, idx, spent
+    def probe_logits(self, asks, suffix, read_len: int = 1, seeds=None) -> list[tuple[torch.Tensor, int]]:
+        """Probe-JS reads of several chains ``[(prefix, cuts), ...]``: per chain the read logits (C, L, V) on the
+        model's device and the token-forwards spent. L = 1 comes from the packed forward; L > 1 from
+        :meth:`sampled_reads` (one seed per chain)."""
+        seeds = list(seeds) if seeds is not None else [0] * len(asks)
+        out = []
+        for (prefix, cuts), seed in zip(asks, seeds):
+            if read_len == 1:
+                reads = self.reads(prefix, cuts, suffix)
+                out.append((reads.read_logits[:, None], reads.token_forwards))  # (C, 1, V)
+            else:
+                out.append(self.sampled_reads(prefix, cuts, suffix, read_len, seed))
+        return out
+
+    def lens_profiles(self, prefix, cuts, suffix, answer) -> tuple[torch.Tensor, int]:
+        """Lens-Shift depth profiles b_t^(l) = Σ_i log P^(l)(a_i | ...) (Eq. 3) at every cut: (C, layers) float32 on
+        the CPU, and the token-forwards spent. The lens is the model's own final norm and unembedding."""
+        answer = list(answer)
+        reads = self.reads(prefix, cuts, suffix, answer, with_hidden=True)
+        parts = lens_parts(self.model)
+        n_layers, c, n, d = reads.answer_hidden.shape
+        targets = torch.as_tensor(answer * c, device=reads.answer_hidden.device)  # (C·n,)
+        lp = kernels.lens_logprobs(reads.answer_hidden.reshape(n_layers, c * n, d), parts.norm_weight, parts.unembed, targets,
+                                   eps=parts.norm_eps)  # (layers, C·n)
+        return lp.reshape(n_layers, c, n).sum(-1).T.cpu(), reads.token_forwards  # (C, layers)
 
     @torch.no_grad()
     def sampled_reads(self, prefix, cuts, suffix, read_len: int, seed: int = 0) -> tuple[torch.Tensor, int]:
@@ -67,13 +89,20 @@ class HFBackend:
             raise ValueError(f"read_len must be >= 1, got {read_len}")
         prompts = [prefix[:t] + suffix for t in cuts]
         ids, mask, pad = self._left_pad(prompts)
-        torch.manual_seed(seed)
-        out = self.model.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=read_len, min_new_tokens=read_len, do_sample=True,
-            temperature=1.0, top_p=1.0, top_k=0, pad_token_id=pad, output_logits=True, return_dict_in_generate=True,
-        )
+        with self._seeded(seed):
+            out = self.model.generate(
+                input_ids=ids, attention_mask=mask, max_new_tokens=read_len, min_new_tokens=read_len, do_sample=True,
+                temperature=1.0, top_p=1.0, top_k=0, pad_token_id=pad, output_logits=True, return_dict_in_generate=True,
+            )
         logits = torch.stack(out.logits, 1)  # (C, L, V), before any logits processor
         return logits, sum(len(p) for p in prompts) + len(prompts) * (read_len - 1)
+
+    @contextlib.contextmanager
+    def _seeded(self, seed: int):
+        """Seed the sampling without touching the caller's global RNG streams (restored on exit)."""
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            yield
 
     def _left_pad(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, int]:
         eos = self.model.generation_config.eos_token_id
@@ -118,13 +147,13 @@ class HFBackend:
         eos = eos_token_id if eos_token_id is not None else self.model.generation_config.eos_token_id
         ids, mask, pad = self._left_pad(prompts)
         width = ids.shape[1]
-        torch.manual_seed(seed)
         sample = temperature > 0
-        out = self.model.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-            do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None,
-            top_k=0 if sample else None, eos_token_id=eos, pad_token_id=pad,
-        )
+        with self._seeded(seed):
+            out = self.model.generate(
+                input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None,
+                top_k=0 if sample else None, eos_token_id=eos, pad_token_id=pad,
+            )
         results = []
         for row in out[:, width:].tolist():
             if eos is not None and eos in row:

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import torch
 
 from bsb import kernels
+from bsb.engine.backend import capabilities, require
 from bsb.engine.boundaries import CandidatePool, candidate_pool
-from bsb.engine.hf_model import lens_parts
 
 
 @dataclass
@@ -50,7 +50,7 @@ class SelectorConfig:
     lens_readout: str = "shape"  # shape | height | depth
     lens_eps: float = 0.1  # ε of the lock-in layer
     lens_layers: Sequence[int] | None = None  # decoder layers in the profile (default all; e.g. full-attention only)
-    seed: int = 0  # Random selector
+    seed: int = 0  # base seed of the Random selector and of sampled reads (L > 1) when select() gets none
     margin_window: tuple[int, int] = (4, 64)  # zero-based token positions searched by min_margin / first_gap
     gap_threshold: float = 0.5  # Δz threshold of first_gap
     bsv_path: str | None = None  # a saved BSVDirection (bsv selector; pre-RL validation only)
@@ -111,39 +111,63 @@ class CannotScore(Exception):
 
 
 class Selector:
-    name = "base"
-    needs_model = False
-    needs = ()  # backend methods the reads use (white-box reads are not available from vLLM)
+    """Base of every selector. ``requires``: the backend capabilities its reads can use, in order of preference
+    (any one suffices; empty: the selector reads no model). :meth:`bind` checks them once per backend."""
 
-    def __init__(self, config: SelectorConfig | None = None):
+    name = "base"
+    requires: tuple[str, ...] = ()
+
+    def __init__(self, config: SelectorConfig | None = None, backend=None):
         self.config = config or SelectorConfig()
+        self._backend, self.mode = None, None
+        if backend is not None:
+            self.bind(backend)
+
+    def bind(self, backend) -> Selector:
+        """Put the selector and a backend together: check that the backend serves the reads (a clear error naming
+        the missing capability otherwise) and choose, once, how it serves them (``self.mode``)."""
+        if self.requires:
+            self.mode = require(backend, f"selector {self.name!r}", *self.requires)
+        self._backend = backend
+        return self
+
+    def can_read(self, backend) -> bool:
+        """Whether ``backend`` declares what this selector's reads need (no error)."""
+        caps = capabilities(backend)
+        return not self.requires or any(getattr(caps, c) for c in self.requires)
+
+    def _reader(self, backend):
+        if backend is None:
+            backend = self._backend
+        if self.requires and (backend is not self._backend or self.mode is None):
+            self.bind(backend)
+        return backend
 
     def pool(self, chain: ChainInput, newline_mask: torch.Tensor) -> CandidatePool:
         c = self.config
         return candidate_pool(chain.response, newline_mask, c.max_candidates, c.range_cap, c.min_tail, chain.budget_left)
 
-    def score(self, chain: ChainInput, pool: CandidatePool, backend, index: int) -> tuple[list[float], int]:
-        """Scores for ``pool.positions`` and the token-forwards spent; raise CannotScore to fall back."""
+    def score(self, chain: ChainInput, pool: CandidatePool, backend, index: int, seed: int = 0) -> tuple[list[float], int]:
+        """Scores for ``pool.positions`` and the token-forwards spent; raise CannotScore to fall back. ``seed``: the
+        call's seed (sampled reads, Random); ``index``: the chain's position in the call."""
         raise NotImplementedError
 
-    def score_many(self, items: list[tuple[int, ChainInput, CandidatePool]], backend) -> list[tuple[list[float], int] | CannotScore]:
+    def score_many(self, items: list[tuple[int, ChainInput, CandidatePool]], backend, seed: int = 0) -> list[tuple[list[float], int] | CannotScore]:
         """Scores of several chains ``(index, chain, pool)``, or the CannotScore of each chain that has none. The
         default scores them one by one; a selector whose reads batch across chains overrides it."""
         out: list[tuple[list[float], int] | CannotScore] = []
         for i, chain, pool in items:
             try:
-                out.append(self.score(chain, pool, backend, i))
+                out.append(self.score(chain, pool, backend, i, seed))
             except CannotScore as why:
                 out.append(why)
         return out
 
-    def select(self, chains: Sequence[ChainInput], newline_mask: torch.Tensor, backend=None) -> Selection:
-        if self.needs_model and backend is None:
-            raise ValueError(f"selector {self.name!r} reads the model: pass a backend")
-        missing = [m for m in self.needs if not hasattr(backend, m)]
-        if missing:
-            raise ValueError(f"selector {self.name!r} needs {', '.join(missing)}, which {type(backend).__name__} does not provide "
-                             "(white-box reads need the HF backend)")
+    def select(self, chains: Sequence[ChainInput], newline_mask: torch.Tensor, backend=None, seed: int | None = None) -> Selection:
+        """Fork choices for ``chains``. ``backend``: the reads' backend (default: the one bound); ``seed``: this call's
+        seed (a trainer passes a fresh one per step and round; default ``config.seed``)."""
+        backend = self._reader(backend)
+        seed = self.config.seed if seed is None else seed
         choices: list[ForkChoice | None] = [None] * len(chains)
         items = []
         for i, chain in enumerate(chains):
@@ -154,7 +178,7 @@ class Selector:
                 choices[i] = ForkChoice(pool.positions[0], pool, [math.nan], fallback=f"one candidate ({pool.kind})")
             else:
                 items.append((i, chain, pool))
-        for (i, _, pool), result in zip(items, self.score_many(items, backend)):
+        for (i, _, pool), result in zip(items, self.score_many(items, backend, seed)):
             if not isinstance(result, CannotScore):
                 scores, spent = result
                 valid = [j for j, v in enumerate(scores) if not math.isnan(v)]
@@ -179,7 +203,7 @@ def _midpoint(pool: CandidatePool, config: SelectorConfig) -> int:
 class Midpoint(Selector):
     name = "midpoint"
 
-    def select(self, chains, newline_mask, backend=None) -> Selection:
+    def select(self, chains, newline_mask, backend=None, seed=None) -> Selection:
         out = Selection(self.name)
         for chain in chains:
             pool = self.pool(chain, newline_mask)
@@ -194,7 +218,7 @@ class Midpoint(Selector):
 class Uniform(Selector):
     name = "uniform"
 
-    def score(self, chain, pool, backend, index):
+    def score(self, chain, pool, backend, index, seed=0):
         pos = pool.positions
         order = [min(range(len(pos)), key=lambda j: abs(pos[j] - pool.chain_len / 2))]
         while len(order) < len(pos):  # next: the candidate farthest from every chosen one
@@ -206,15 +230,15 @@ class Uniform(Selector):
 class Random(Selector):
     name = "random"
 
-    def score(self, chain, pool, backend, index):
-        rng = random.Random(self.config.seed * 1_000_003 + index)
+    def score(self, chain, pool, backend, index, seed=0):
+        rng = random.Random(f"{seed}-{index}")
         return [rng.random() for _ in pool.positions], 0
 
 
 class Newline(Selector):
     name = "newline"
 
-    def score(self, chain, pool, backend, index):
+    def score(self, chain, pool, backend, index, seed=0):
         return [float(-j) for j in range(len(pool.positions))], 0
 
 
@@ -222,10 +246,9 @@ class Entropy(Selector):
     """Segment-mean sampled-token surprisal after each boundary (TreeRL's read, adapted to the pool)."""
 
     name = "entropy"
-    needs_model = True
-    needs = ("token_stats",)
+    requires = ("token_stats",)
 
-    def score(self, chain, pool, backend, index):
+    def score(self, chain, pool, backend, index, seed=0):
         stats = backend.token_stats(chain.prompt, chain.response)
         ends = pool.positions[1:] + [pool.chain_len]
         return [float(stats.surprisal[t:e].mean()) for t, e in zip(pool.positions, ends)], stats.token_forwards
@@ -234,8 +257,7 @@ class Entropy(Selector):
 class _MarginWindow(Selector):
     """Token-position selectors of seed 001 §5.6: candidates are the positions of a window, not newlines."""
 
-    needs_model = True
-    needs = ("token_stats",)
+    requires = ("token_stats",)
 
     def pool(self, chain, newline_mask):
         base = super().pool(chain, newline_mask)
@@ -254,7 +276,7 @@ class _MarginWindow(Selector):
 class MinMargin(_MarginWindow):
     name = "min_margin"
 
-    def score(self, chain, pool, backend, index):
+    def score(self, chain, pool, backend, index, seed=0):
         margins, spent = self.margins(chain, pool, backend)
         return [-m for m in margins], spent
 
@@ -262,7 +284,7 @@ class MinMargin(_MarginWindow):
 class FirstGap(_MarginWindow):
     name = "first_gap"
 
-    def score(self, chain, pool, backend, index):
+    def score(self, chain, pool, backend, index, seed=0):
         margins, spent = self.margins(chain, pool, backend)
         gaps = [j for j, m in enumerate(margins) if m <= self.config.gap_threshold]
         if gaps:  # chronological: the first gap scores highest, later gaps after it
@@ -275,37 +297,43 @@ class FirstGap(_MarginWindow):
 
 class ProbeJS(Selector):
     """Probe-JS (§3.2): the elicited top-K answer belief after the suffix at each boundary; JS of consecutive
-    beliefs, fork-before. The backend supplies the top-k beliefs (``probe_beliefs``): the HF backend from one packed
-    forward (L = 1) or sampled reads (L > 1), the vLLM backend from 1- or L-token generations with logprobs on
-    its prefix cache. The JS is averaged over the L read positions."""
+    beliefs, fork-before. The backend reads; ``bsb.kernels`` scores. A white-box backend returns the read logits on
+    its device and the fused ``kernels.probe_js`` takes the top-K and the floored JS in one pass; a black-box engine
+    returns top-K beliefs and ``kernels.probe_js_topk`` scores them. Either way the JS is averaged over the L read
+    positions and lands on the earlier boundary. Every chain's scores stay on the device until one host copy."""
 
     name = "probe_js"
-    needs_model = True
-    needs = ("probe_beliefs",)
+    requires = ("belief_logits", "belief_topk")
 
-    def score(self, chain, pool, backend, index):
-        result = self.score_many([(index, chain, pool)], backend)[0]
+    def score(self, chain, pool, backend, index, seed=0):
+        result = self.score_many([(index, chain, pool)], backend, seed)[0]
         if isinstance(result, CannotScore):
             raise result
         return result
 
-    def score_many(self, items, backend):
-        """Every chain's reads in one engine call when the backend batches across chains (``probe_beliefs_many``,
-        vLLM); one call per chain otherwise."""
+    def score_many(self, items, backend, seed=0):
         c = self.config
         if not c.suffix:
             raise ValueError("probe_js needs SelectorConfig.suffix (the elicitation suffix token ids)")
+        backend = self._reader(backend)
         live = [(i, chain, pool) for i, chain, pool in items if len(pool.positions) >= 2]
         asks = [(list(chain.prompt) + list(chain.response), [len(chain.prompt) + t for t in pool.positions]) for _, chain, pool in live]
-        seeds = [c.seed + i for i, _, _ in live]
-        if hasattr(backend, "probe_beliefs_many"):
-            reads = backend.probe_beliefs_many(asks, c.suffix, c.read_len, c.top_k, seeds)
+        seeds = [seed + i for i, _, _ in live]
+        scores, spent = [], []
+        if self.mode == "belief_logits":
+            for logits, n in backend.probe_logits(asks, c.suffix, c.read_len, seeds):  # (C, L, V) each, on its device
+                chain_index = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
+                scores.append(kernels.probe_js(logits, chain_index, min(c.top_k, logits.shape[-1])))
+                spent.append(n)
         else:
-            reads = [backend.probe_beliefs(p, cuts, c.suffix, c.read_len, c.top_k, sd) for (p, cuts), sd in zip(asks, seeds)]
-        scored = {}
-        for (i, _, _), (logp, idx, spent) in zip(live, reads):  # (C, L, k) each
-            js = kernels.floored_js(logp[:-1], idx[:-1], logp[1:], idx[1:]).mean(-1)  # (C-1,), JS averaged over L
-            scored[i] = (js.tolist() + [math.nan], spent)  # fork-before: the last boundary has no next read
+            for logp, idx, n in backend.probe_topk(asks, c.suffix, c.read_len, c.top_k, seeds):  # (C, L, k) each
+                scores.append(kernels.probe_js_topk(logp, idx, torch.zeros(logp.shape[0], dtype=torch.long, device=logp.device)))
+                spent.append(n)
+        flat = torch.cat(scores).tolist() if scores else []  # the one host sync of the call
+        scored, start = {}, 0
+        for (i, _, pool), n in zip(live, spent):
+            scored[i] = (flat[start : start + len(pool.positions)], n)
+            start += len(pool.positions)
         return [scored.get(i, CannotScore("one boundary: no belief change to score")) for i, _, _ in items]
 
 
@@ -314,24 +342,19 @@ class LensShift(Selector):
     change of the profile between consecutive boundaries (shape / height / depth), fork-before."""
 
     name = "lens_shift"
-    needs_model = True
-    needs = ("reads", "model")
+    requires = ("white_box",)
 
-    def score(self, chain, pool, backend, index):
+    def score(self, chain, pool, backend, index, seed=0):
         if not self.config.suffix:
             raise ValueError("lens_shift needs SelectorConfig.suffix (the elicitation suffix token ids)")
         if not chain.answer:
             raise CannotScore("no committed answer to teacher-force")
         if len(pool.positions) < 2:
             raise CannotScore("one boundary: no belief change to score")
-        prompt, answer = list(chain.prompt), list(chain.answer)
-        reads = backend.reads(prompt + list(chain.response), [len(prompt) + t for t in pool.positions], self.config.suffix,
-                              answer, with_hidden=True)
-        parts = lens_parts(backend.model)
-        n_layers, c, n, d = reads.answer_hidden.shape
-        lp = kernels.lens_logprobs(reads.answer_hidden.reshape(n_layers, c * n, d), parts.norm_weight, parts.unembed,
-                                   torch.as_tensor(answer * c, device=reads.answer_hidden.device), eps=parts.norm_eps)
-        profiles = lp.reshape(n_layers, c, n).sum(-1).T.cpu()  # (C, layers): b_t^(l), Eq. 3
+        prompt = list(chain.prompt)
+        profiles, spent = backend.lens_profiles(prompt + list(chain.response), [len(prompt) + t for t in pool.positions],
+                                                self.config.suffix, list(chain.answer))  # (C, layers)
+        n_layers = profiles.shape[1]
         if self.config.lens_layers is not None:
             layers = list(self.config.lens_layers)
             if not layers or min(layers) < -n_layers or max(layers) >= n_layers:
@@ -339,7 +362,7 @@ class LensShift(Selector):
             profiles = profiles[:, layers]
         shape, height, depth = kernels.lens_readouts(profiles, self.config.lens_eps)
         chosen = {"shape": shape, "height": height, "depth": depth}[self.config.lens_readout]
-        return chosen.tolist(), reads.token_forwards
+        return chosen.tolist(), spent
 
 
 class BSV(Selector):
@@ -347,16 +370,15 @@ class BSV(Selector):
     policy's validation instrument, not an RL arm (the direction goes off-policy as training moves θ)."""
 
     name = "bsv"
-    needs_model = True
-    needs = ("model",)
+    requires = ("white_box",)
 
-    def __init__(self, config: SelectorConfig | None = None, direction=None):
-        super().__init__(config)
+    def __init__(self, config: SelectorConfig | None = None, backend=None, direction=None):
+        super().__init__(config, backend)
         self.direction = direction
         if direction is None and self.config.bsv_path is None:
             raise ValueError("bsv needs a fitted direction: pass direction= or SelectorConfig.bsv_path (bsb.engine.bsv.fit_bsv)")
 
-    def score(self, chain, pool, backend, index):
+    def score(self, chain, pool, backend, index, seed=0):
         from bsb.engine.bsv import BSVDirection, bsv_scores
 
         if self.direction is None:
@@ -371,7 +393,8 @@ SELECTORS: dict[str, type[Selector]] = {
 }
 
 
-def make_selector(name: str, config: SelectorConfig | None = None) -> Selector:
+def make_selector(name: str, config: SelectorConfig | None = None, backend=None) -> Selector:
+    """The selector ``name``; with ``backend``, bound to it (its reads checked once, here)."""
     if name not in SELECTORS:
         raise ValueError(f"unknown selector {name!r}; choose one of {', '.join(sorted(SELECTORS))}")
-    return SELECTORS[name](config)
+    return SELECTORS[name](config, backend)

@@ -5,7 +5,7 @@
 * :meth:`VLLMBackend.token_stats`: each response token's surprisal and the top-1 − top-2 margin from
   ``prompt_logprobs=2`` (log-prob differences are logit differences), for the Entropy / MinMargin / FirstGap
   baselines. The full next-token entropy needs the whole distribution, which the engine does not return: NaN.
-* :meth:`VLLMBackend.probe_beliefs`: Probe-JS reads as 1-token (or L-token) generations with ``logprobs=K`` after
+* :meth:`VLLMBackend.probe_topk`: Probe-JS reads as 1-token (or L-token) generations with ``logprobs=K`` after
   ``prefix[:t] + suffix``, riding the prefix cache, as the paper does (§3.2, §3.5). Requests with
   ``prompt_logprobs`` would skip the cache, so the read is the generated token's top-K.
 
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
-from bsb.engine.backend import TokenStats, check_generation_args
+from bsb.engine.backend import Capabilities, TokenStats, check_generation_args
 
 
 def vllm_available() -> bool:
@@ -48,6 +48,8 @@ def rollout_backend(kind: str, path, hf, max_len: int, seed: int = 0, kv_cache_g
 
 
 class VLLMBackend:
+    capabilities = Capabilities(generate=True, belief_topk=True, token_stats=True, weight_sync=True)
+
     def __init__(self, model: str, seed: int = 0, max_logprobs: int = 20, kv_cache_gib: int = 1, dtype: str = "auto",
                  max_model_len: int | None = None, max_num_batched_tokens: int | None = None, **llm_kwargs):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
@@ -115,13 +117,10 @@ class VLLMBackend:
         n = len(prompt) + len(response)
         return TokenStats(torch.tensor(surprisal), torch.full((len(response),), float("nan")), torch.tensor(margin), token_forwards=n)
 
-    def probe_beliefs(self, prefix, cuts, suffix, read_len: int = 1, k: int = 20, seed: int = 0):
-        """Top-k elicited beliefs at every cut: ``(logp, idx)`` (C, L, k), and the tokens the engine computed
-        (prompt tokens missing from its prefix cache plus the L read tokens)."""
-        return self.probe_beliefs_many([(prefix, cuts)], suffix, read_len, k, [seed])[0]
-
-    def probe_beliefs_many(self, asks, suffix, read_len: int = 1, k: int = 20, seeds=None):
-        """:meth:`probe_beliefs` for several chains ``[(prefix, cuts), ...]`` in one engine call (one seed per chain)."""
+    def probe_topk(self, asks, suffix, read_len: int = 1, k: int = 20, seeds=None):
+        """Top-k elicited beliefs of several chains ``[(prefix, cuts), ...]`` in one engine call (one seed per chain):
+        per chain ``(logp, idx)`` (C, L, k) and the tokens the engine computed (prompt tokens missing from its prefix
+        cache plus the L read tokens)."""
         from vllm import SamplingParams
 
         if k > self.max_logprobs:

@@ -65,3 +65,21 @@ def branch_prefixes(model, prompt: list[int], root: list[int], rule: str, window
     margins, top2 = margins_and_top2(model, prompt, root)
     picks, fallback = fork_positions(margins, rule, window)
     return [root[:t] + [top2[t]] for t in picks], picks, fallback
+
+
+def eff_caps(sort_keys: Sequence[int], prefix_lens: Sequence[int], cap: int, batch_size: int = 64, min_gen: int = 64) -> list[int]:
+    """Seed 001's per-row total budget of batched branch continuations (§5.6, ``run_batched_prefixes``): rows are
+    sorted by ``sort_keys`` (prompt + prefix length) into batches of ``batch_size``; each batch runs
+    ``max_gen = max(min_gen, cap − max_j K_j)`` continuation steps, so row i with prefix length ``K_i`` may reach
+    ``eff_cap_i = K_i + max_gen`` tokens (``= cap − max_j K_j + K_i <= cap`` unless the floor applies). Returned in
+    the input order."""
+    if len(sort_keys) != len(prefix_lens):
+        raise ValueError("sort_keys and prefix_lens must have one entry per row")
+    order = sorted(range(len(prefix_lens)), key=lambda i: (sort_keys[i], i))
+    out = [0] * len(prefix_lens)
+    for b in range(0, len(order), batch_size):
+        rows = order[b : b + batch_size]
+        max_gen = max(min_gen, cap - max(prefix_lens[i] for i in rows))
+        for i in rows:
+            out[i] = prefix_lens[i] + max_gen
+    return out

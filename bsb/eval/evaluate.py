@@ -18,24 +18,27 @@ import torch
 
 from bsb.eval.bootstrap import question_clustered
 from bsb.eval.branching import RULES as BRANCH_RULES
-from bsb.eval.branching import branch_prefixes
+from bsb.eval.branching import branch_prefixes, eff_caps
 from bsb.eval.voting import RULES as VOTE_RULES
 from bsb.eval.voting import Candidate, vote
+
+BUDGETS = ("exact", "eff_cap")
 
 
 @dataclass
 class EvaluateConfig:
     model: str = "embedded"
-    problems: str | None = None  # None: synthetic problems (embedded default)
+    problems: str | None = None  # a problem file (the math task's held-out set); None: the task's own problems
+    task: str | None = None  # arith | math | package.module:Class (default: math with a problem file, else arith)
+    task_options: dict | None = None
     n_problems: int = 64
-    ops: tuple[int, ...] = (2, 3)
-    max_operand: int = 5
     k: int = 3  # sampled candidates per question
     temperature: float = 0.6  # seed 001's single-seed sampled mode (T=0.6, top-p 0.9)
     top_p: float = 0.9
     max_response: int = 160
     min_len: int = 15  # MDL eligibility: min_len <= L < max_response
     window: tuple[int, int] = (4, 64)  # branching window (zero-based response positions)
+    budget: str = "exact"  # branch continuations' total cap: exact (max_response each) | eff_cap (seed 001's batched eff_cap_i)
     seed: int = 0
     resamples: int = 4000
     out_dir: str = "runs/evaluate"
@@ -49,32 +52,33 @@ def run_evaluate(cfg: EvaluateConfig, console=None) -> dict:
     from tqdm import tqdm
 
     from bsb.engine.hf_backend import HFBackend
-    from bsb.tasks.math_grader import MathGrader, extract_boxed, normalize
-    from bsb.tasks.problems import problem_set
+    from bsb.tasks.registry import offline_task
     from bsb.tasks.tiny_model import resolve_model
 
     if cfg.k < 1 or cfg.n_problems < 1:
         raise ValueError("k and n_problems must be >= 1")
+    if cfg.budget not in BUDGETS:
+        raise ValueError(f"budget must be one of {', '.join(BUDGETS)}, got {cfg.budget!r}")
     console = console or Console()
+    task = offline_task(cfg.task, cfg.task_options, cfg.problems)
     path = resolve_model(cfg.model)
     tok = transformers.AutoTokenizer.from_pretrained(path)
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     backend = HFBackend(model, tok)
-    eos, grader = tok.eos_token_id, MathGrader()
-    problems = [(p.prompt, p.answer) for p in problem_set(cfg.problems, cfg.n_problems, cfg.ops, cfg.max_operand, cfg.seed)]
+    eos = tok.eos_token_id
+    problems = task.sample(cfg.n_problems, cfg.seed)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    def cand(prompt_gold, resp) -> Candidate:
-        text = tok.decode(resp, skip_special_tokens=True)
-        ans = extract_boxed(text)
-        return Candidate(grader.grade(text, prompt_gold), len(resp), normalize(ans) if ans else "")
+    def cand(problem, resp) -> Candidate:
+        verdict = task.verify(tok.decode(resp, skip_special_tokens=True), problem)
+        return Candidate(verdict.correct, len(resp), verdict.answer)
 
     modes = ["mean@1"] + [f"{r}@{cfg.k}" for r in VOTE_RULES] + [f"pass@{cfg.k}"]
     modes += [f"{b}_fork@3:{r}" for b in BRANCH_RULES for r in ("mdl_maj", "completed_root_maj")]
     scores = {m: [] for m in modes}
     fallbacks = {b: 0 for b in BRANCH_RULES}
-    prompts = [tok.encode(p, add_special_tokens=False) for p, _ in problems]
+    prompts = [tok.encode(task.format_prompt(p), add_special_tokens=False) for p in problems]
     # one batched request per phase: the greedy roots, the k sampled draws, then every branch continuation
     bar = tqdm(total=4, desc="evaluating (roots, draws, branch points, branches)", disable=not cfg.progress)
     roots = backend.generate(prompts, cfg.max_response, temperature=0.0, eos_token_id=eos)
@@ -89,13 +93,16 @@ def run_evaluate(cfg: EvaluateConfig, console=None) -> dict:
     bar.update()
     bar.close()
     branches = {(b, qi): [] for b in BRANCH_RULES for qi in range(len(problems))}
-    for (b, qi, pre), c in zip(reqs, conts):
-        branches[(b, qi)].append(pre + c[: cfg.max_response - len(pre)])
+    caps = eff_caps([len(prompts[qi]) + len(pre) for _, qi, pre in reqs], [len(pre) for _, _, pre in reqs], cfg.max_response) \
+        if cfg.budget == "eff_cap" else [cfg.max_response] * len(reqs)
+    for (b, qi, pre), c, cap in zip(reqs, conts, caps):
+        branches[(b, qi)].append(pre + c[: cap - len(pre)])
     rows = []
-    for qi, (_, gold) in enumerate(problems):
-        r0 = cand(gold, roots[qi])
+    for qi, problem in enumerate(problems):
+        gold = problem.answer
+        r0 = cand(problem, roots[qi])
         scores["mean@1"].append(float(r0.correct))
-        cs = [cand(gold, d) for d in draws[qi * cfg.k : (qi + 1) * cfg.k]]
+        cs = [cand(problem, d) for d in draws[qi * cfg.k : (qi + 1) * cfg.k]]
         for r in VOTE_RULES:
             scores[f"{r}@{cfg.k}"].append(vote(cs, r, cfg.max_response, cfg.min_len).score)
         scores[f"pass@{cfg.k}"].append(float(any(c.correct for c in cs)))
@@ -103,7 +110,7 @@ def run_evaluate(cfg: EvaluateConfig, console=None) -> dict:
         for b in BRANCH_RULES:
             _, picks, fb = plans[b][qi]
             fallbacks[b] += fb
-            trio = [r0] + [cand(gold, x) for x in branches[(b, qi)]]
+            trio = [r0] + [cand(problem, x) for x in branches[(b, qi)]]
             for r in ("mdl_maj", "completed_root_maj"):
                 scores[f"{b}_fork@3:{r}"].append(vote(trio, r, cfg.max_response, cfg.min_len).score)
             row[b] = {"positions": picks, "fallback": fb, "branches": [c.__dict__ for c in trio[1:]]}

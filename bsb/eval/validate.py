@@ -38,7 +38,7 @@ from bsb.engine.selectors import SELECTORS, CannotScore, ChainInput, SelectorCon
 from bsb.engine.vllm_backend import rollout_backend
 from bsb.eval.reconstruction import is_flat, oracle_floor, reconstruction_error, top_b
 from bsb.eval.value_curve import CompletionStore, answer_belief, mc_values
-from bsb.tasks.synthetic import ANSWER_PREFIX
+from bsb.tasks.registry import offline_task
 
 TOKEN_WINDOW = ("min_margin", "first_gap")
 DEFAULT_SELECTORS = ("probe_js", "lens_shift", "entropy", "midpoint", "uniform", "random", "newline")
@@ -47,13 +47,13 @@ DEFAULT_SELECTORS = ("probe_js", "lens_shift", "entropy", "midpoint", "uniform",
 @dataclass
 class ValidateConfig:
     model: str = "embedded"
-    problems: str | None = None  # None: synthetic problems
+    problems: str | None = None  # a problem file (the math task's held-out set); None: the task's own problems
+    task: str | None = None  # arith | math | package.module:Class (default: math with a problem file, else arith)
+    task_options: dict | None = None  # the task's options; None: arith problems of 2-4 operations, no options otherwise
     n_problems: int = 24
-    ops: tuple[int, ...] = (2, 3, 4)  # synthetic difficulties
-    max_operand: int = 5
     selectors: tuple[str, ...] = DEFAULT_SELECTORS
     bsv_path: str | None = None  # a fitted BSV direction adds the bsv selector
-    read_len: int = 1  # L, Probe-JS read positions (L > 1 reads past a first answer token that says little)
+    read_len: int | None = None  # L, Probe-JS read positions; None: the task's (L > 1 reads past an uninformative first token)
     temperature: float = 0.7  # chain and completion sampling temperature
     max_response: int = 160
     m: int = 128  # candidate boundaries per chain
@@ -84,13 +84,13 @@ class ValidateConfig:
             raise ValueError(f"backend must be auto, hf or vllm, got {self.backend!r}")
 
 
-def _scores(name: str, sel, chain: ChainInput, pool: CandidatePool, reads, index: int) -> tuple[list[float], bool]:
+def _scores(name: str, sel, chain: ChainInput, pool: CandidatePool, reads, index: int, seed: int) -> tuple[list[float], bool]:
     """Per-boundary scores and whether the selector fell back to the midpoint ranking."""
     mid = [-abs(t - pool.chain_len / 2) for t in pool.positions]
     if name == "midpoint":
         return mid, False
     try:
-        scores, _ = sel.score(chain, pool, reads, index)
+        scores, _ = sel.score(chain, pool, reads, index, seed)
     except CannotScore:
         return mid, True
     if all(isinstance(s, float) and math.isnan(s) for s in scores):
@@ -111,11 +111,11 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
 
     from bsb.engine.hf_backend import HFBackend
     from bsb.eval.figures import bar_chart, case_plot
-    from bsb.tasks.math_grader import MathGrader, extract_boxed, normalize
-    from bsb.tasks.problems import problem_set
     from bsb.tasks.tiny_model import resolve_model
 
     console = console or Console()
+    name = cfg.task or ("math" if cfg.problems else "arith")
+    task = offline_task(name, cfg.task_options if cfg.task_options is not None else ({"ops": [2, 3, 4]} if name == "arith" else {}), cfg.problems)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = resolve_model(cfg.model)
@@ -123,10 +123,10 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     hf = HFBackend(model, tok)
     gen = rollout_backend(cfg.backend, path, hf, 1024 + cfg.max_response, cfg.seed)  # completions through vLLM when installed
-    eos, grader = tok.eos_token_id, MathGrader()
+    eos = tok.eos_token_id
     newline = newline_token_mask(tok, hf.vocab_size)
-    problems = problem_set(cfg.problems, cfg.n_problems, cfg.ops, cfg.max_operand, cfg.seed)
-    prompts = [tok.encode(p.prompt, add_special_tokens=False) for p in problems]
+    problems = task.sample(cfg.n_problems, cfg.seed)
+    prompts = [tok.encode(task.format_prompt(p), add_special_tokens=False) for p in problems]
 
     # --- chains: sampled once, reused on resume
     chains_path = out / "chains.jsonl"
@@ -141,12 +141,13 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
                 f.write(json.dumps({"id": problems[i].id, "prompt": problems[i].prompt, "gold": problems[i].answer, "response": list(r)}) + "\n")
 
     def answer_ids(text):
-        ans = extract_boxed(text)
+        ans = task.answer_span(text)
         return tok.encode(ans, add_special_tokens=False) if ans else None
 
     store = CompletionStore(out / "completions.jsonl")
-    scfg = SelectorConfig(suffix=tok.encode(ANSWER_PREFIX, add_special_tokens=False), seed=cfg.seed, bsv_path=cfg.bsv_path, read_len=cfg.read_len)
-    selectors = {n: make_selector(n, scfg) for n in cfg.selectors}
+    scfg = SelectorConfig(suffix=tok.encode(task.probe_suffix, add_special_tokens=False), seed=cfg.seed, bsv_path=cfg.bsv_path,
+                          read_len=cfg.read_len or task.read_len)
+    selectors = {n: make_selector(n, scfg, hf) for n in cfg.selectors}  # every selector reads through the HF model
     todo = []
     for i, p in enumerate(problems):
         resp = saved[p.id]
@@ -160,10 +161,9 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     for i, cuts in todo:
         p, resp = problems[i], saved[problems[i].id]
 
-        def grade(ids, gold=p.answer):
-            text = tok.decode(ids, skip_special_tokens=True)
-            ans = extract_boxed(text)
-            return grader.grade(text, gold), normalize(ans) if ans else ""
+        def grade(ids, problem=p):
+            verdict = task.verify(tok.decode(ids, skip_special_tokens=True), problem)
+            return verdict.correct, verdict.answer
 
         v = mc_values(gen, prompts[i], resp, cuts, cfg.n_mc, grade, cfg.max_response, eos, temperature=cfg.temperature,
                       seed=cfg.seed + 7 * i, batch_size=cfg.batch_size, store=store, chain_id=p.id, progress=bar.update)
@@ -175,7 +175,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         floor, best = oracle_floor(v, min(cfg.b, len(v)))
         row["floor"], row["floor_points"] = floor, best
         for name, sel in selectors.items():
-            s, fb = _scores(name, sel, chain, pool, hf, i)
+            s, fb = _scores(name, sel, chain, pool, hf, i, cfg.seed)
             kept = top_b(s, cfg.b)
             row["scores"][name] = [None if math.isnan(x) else x for x in s]
             row["top_b"][name], row["fallback"][name] = kept, fb
@@ -244,7 +244,8 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     two = [n for n in ("probe_js", "entropy") if n in selectors] or names[:2]
     for r in sorted(live, key=lambda r: -flip_mass(r["v_star"], list(range(len(r["v_star"])))))[: cfg.case_plots]:
         i = next(k for k, p in enumerate(problems) if p.id == r["id"])
-        belief = answer_belief(hf, prompts[i], r["response"], r["cuts"], scfg.suffix, tok.encode(r["gold"] + "}", add_special_tokens=False))
+        belief = answer_belief(hf, prompts[i], r["response"], r["cuts"], scfg.suffix,
+                               tok.encode(task.gold_continuation(problems[i]), add_special_tokens=False))
         forks = {n: r["cuts"][r["top_b"][n][0]] if r["top_b"][n] else None for n in two}
         captured = {n: flip_mass(r["v_star"], r["top_b"][n]) for n in two}
         js = r["scores"].get("probe_js")

@@ -15,6 +15,7 @@ __all__ = [
     "topk_logprobs",
     "floored_js",
     "probe_js",
+    "probe_js_topk",
     "lens_logprobs",
     "lens_readouts",
     "surprisal_entropy",
@@ -41,6 +42,10 @@ def probe_js(logits, chain_index, k=20):
     return _impl("probe_js", logits)(logits, chain_index, k)
 
 
+def probe_js_topk(logp, idx, chain_index):
+    return reference.probe_js_topk(logp, idx, chain_index, js=floored_js)  # the floored JS through its dispatched provider
+
+
 def lens_logprobs(hidden, norm_weight, unembed, targets, eps=1e-6, norm="rms", norm_bias=None):
     return _impl("lens_logprobs", hidden)(hidden, norm_weight, unembed, targets, eps, norm, norm_bias)
 
@@ -57,5 +62,5 @@ def logit_margin(logits):
     return _impl("logit_margin", logits)(logits)
 
 
-for _name in ("topk_logprobs", "floored_js", "probe_js", "lens_logprobs", "lens_readouts", "surprisal_entropy", "logit_margin"):
+for _name in ("topk_logprobs", "floored_js", "probe_js", "probe_js_topk", "lens_logprobs", "lens_readouts", "surprisal_entropy", "logit_margin"):
     globals()[_name].__doc__ = getattr(reference, _name).__doc__

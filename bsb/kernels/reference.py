@@ -34,6 +34,7 @@ __all__ = [
     "topk_logprobs",
     "floored_js",
     "probe_js",
+    "probe_js_topk",
     "lens_logprobs",
     "lens_readouts",
     "surprisal_entropy",
@@ -136,14 +137,35 @@ def probe_js(logits: torch.Tensor, chain_index: torch.Tensor, k: int = 20) -> to
         (N,) float32.
     """
     check_logits("logits", logits, 2, 3)
-    n = logits.shape[0]
-    pairs = _chain_pairs(chain_index, n).to(logits.device)
     lg = logits if logits.ndim == 3 else logits[:, None, :]  # (N, L, V)
     logp, idx = topk_logprobs(lg, k)  # (N, L, k)
-    scores = torch.full((n,), float("nan"), dtype=torch.float32, device=logits.device)
+    return probe_js_topk(logp, idx, chain_index)
+
+
+def probe_js_topk(logp: torch.Tensor, idx: torch.Tensor, chain_index: torch.Tensor, js=floored_js) -> torch.Tensor:
+    """Probe-JS scores from beliefs already reduced to their top-k (what a black-box engine returns).
+
+    ``scores[i] = mean_l floored_js(belief[i, l], belief[i+1, l])`` when rows i and i+1 belong to the same chain, NaN
+    for the last row of each chain (fork-before). :func:`probe_js` is this after :func:`topk_logprobs`.
+
+    Args:
+        logp, idx: (N, k) or (N, L, k) log-probs and token ids of each boundary's belief, the rows of one chain
+            contiguous and in chain order.
+        chain_index: (N,) integer chain id of each row.
+        js: the floored-JS implementation (``bsb.kernels`` passes its dispatched one).
+    Returns:
+        (N,) float32.
+    """
+    if logp.ndim not in (2, 3) or logp.shape != idx.shape:
+        raise ValueError(f"logp and idx must both be (N, k) or (N, L, k), got {tuple(logp.shape)} and {tuple(idx.shape)}")
+    n = logp.shape[0]
+    pairs = _chain_pairs(chain_index, n).to(logp.device)
+    lp = logp if logp.ndim == 3 else logp[:, None]  # (N, L, k)
+    ix = idx if idx.ndim == 3 else idx[:, None]
+    scores = torch.full((n,), float("nan"), dtype=torch.float32, device=logp.device)
     if n > 1:
-        js = floored_js(logp[:-1], idx[:-1], logp[1:], idx[1:])  # (N-1, L)
-        scores[:-1] = torch.where(pairs, js.mean(-1), scores[:-1])
+        d = js(lp[:-1], ix[:-1], lp[1:], ix[1:])  # (N-1, L)
+        scores[:-1] = torch.where(pairs, d.mean(-1), scores[:-1])
     return scores
 
 

@@ -19,6 +19,7 @@ from fractions import Fraction
 log = logging.getLogger(__name__)
 
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*")
+ANSWER_PREFIX = "So the final answer is \\boxed{"  # how a boxed-answer chain states its answer; the math probes' suffix
 
 
 def extract_boxed(text: str) -> str | None:
@@ -152,12 +153,7 @@ class MathGrader:
 
 
 def gated_reward(response: str, correct: bool, min_chars_before_box: int = 30) -> float:
-    """Seed 001's derivation gate (§4.1): a correct answer pays only if ``\\boxed`` starts at least
-    ``min_chars_before_box`` characters into the response, so a bare answer with no derivation earns 0."""
-    pos = _last_box_start(response)
-    return float(correct and pos is not None and pos >= min_chars_before_box)
-
-
-def _last_box_start(text: str) -> int | None:
-    starts = [m.start() for m in _BOX.finditer(text)]
-    return starts[-1] if starts else None
+    """Seed 001's derivation gate (§4.1), its rule verbatim: ``text.rfind("\\boxed") >= 30``. A correct answer pays
+    only if the last ``\\boxed`` starts at least ``min_chars_before_box`` characters into the response, so a bare
+    answer with no derivation earns 0. Only ``\\boxed`` counts (an ``\\fbox`` is graded but never opens the gate)."""
+    return float(correct and response.rfind("\\boxed") >= min_chars_before_box)

@@ -10,21 +10,14 @@ file, the line (or row) and the field.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from bsb.tasks.math_grader import extract_boxed
+from bsb.tasks.task import Problem
 
 PROMPT_FIELDS = ("prompt", "problem", "question")
 ANSWER_FIELDS = ("answer", "final_answer", "solution")
 ID_FIELDS = ("id", "unique_id")
-
-
-@dataclass(frozen=True)
-class Problem:
-    id: str
-    prompt: str
-    answer: str
 
 
 def load_problems(path: str | Path) -> list[Problem]:
@@ -81,22 +74,3 @@ def _final_answer(raw, path: Path, where: str) -> str:
             raise ValueError(f"{path}, {where}: the solution's \\boxed{{}} is not closed")
         return boxed.strip()
     return text
-
-
-def problem_set(path: str | Path | None, n: int, ops: tuple[int, ...] = (2, 3), max_operand: int = 5, seed: int = 0) -> list[Problem]:
-    """The first ``n`` problems of a file, or ``n`` synthetic arithmetic problems (difficulties cycling through
-    ``ops``) when ``path`` is None."""
-    import random
-
-    from bsb.tasks.synthetic import make_problem
-
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    if path is not None:
-        return load_problems(path)[:n]
-    rng = random.Random(seed + 4242)
-    out = []
-    for i in range(n):
-        p = make_problem(rng, ops[i % len(ops)], max_operand)
-        out.append(Problem(f"synthetic-{seed}-{i}", p.prompt, str(p.answer)))
-    return out

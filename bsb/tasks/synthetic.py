@@ -19,8 +19,9 @@ import random
 from dataclasses import dataclass
 from typing import Union
 
+from bsb.tasks.math_grader import ANSWER_PREFIX  # how every chain states its answer
+
 Tree = Union[int, "Op"]  # noqa: UP007
-ANSWER_PREFIX = "So the final answer is \\boxed{"  # how every chain states its answer; also the probes' elicitation suffix
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,12 @@ tensor per leaf, of the leaf's response length: the advantage of each response t
 * :func:`prefix_credit_advantages`, seed 001 §4.3: for a group k with a shared prefix,
   ``A_prefix = (Ṽ_k − R̄)/(σ_R + 1e-4)`` with ``Ṽ_k = (1 − β) V̂_k + β M_k`` (descendant mean V̂, max backup M),
   and ``A_cont = ((1 − α)(R − R̄) + α (R − V̂_k))/(σ_R + 1e-4)`` on the continuation; a group with no shared
-  prefix gets plain leaf credit ``(R − R̄)/(σ_R + 1e-4)`` on all tokens.
+  prefix gets plain leaf credit ``(R − R̄)/(σ_R + 1e-4)`` on all tokens. ``clamped=True`` is seed 001's one-sided
+  prefix clamping (``--clamped-prefix``, Proposition 3): in a group whose leaves disagree, a winning leaf (R = M_k)
+  keeps its own credit ``(R − R̄)/(σ_R + 1e-4)`` on the shared prefix and a losing leaf's prefix credit is clamped
+  to ``max(0, (Ṽ_k − R̄)/(σ_R + 1e-4))``; the paper shows the net prefix weight is then positive for all R̄ < 1.
+* :func:`zero_continuation_mass`, seed 001 Arm 11 (``--zero-cont-token-mass``): the continuation tokens'
+  advantages of a tree are shifted by a common constant so that their signed token mass ``Σ_tokens A`` is zero.
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ from bsb.train.tree import PromptTree
 STD_EPS = 1e-4  # seed 001's σ_R + 1e-4
 
 
-def _broadcast(tree: PromptTree, prefix_adv: dict[int, float], leaf_adv: list[float]) -> list[torch.Tensor]:
+def _broadcast(tree: PromptTree, prefix_adv: dict[int, float], leaf_adv: list[float],
+               leaf_prefix: dict[int, float] | None = None) -> list[torch.Tensor]:
+    """Per-token advantages: the group's prefix advantage (or a leaf's own, ``leaf_prefix[i]``) on the shared
+    prefix, the leaf's advantage on its own tokens."""
     out = []
     for i, leaf in enumerate(tree.leaves):
         a = torch.full((len(leaf.response),), leaf_adv[i], dtype=torch.float32)
-        a[: leaf.prefix_len] = prefix_adv.get(leaf.group, leaf_adv[i])
+        a[: leaf.prefix_len] = (leaf_prefix or {}).get(i, prefix_adv.get(leaf.group, leaf_adv[i]))
         out.append(a)
     return out
 
@@ -86,7 +94,7 @@ def grpo_advantages(tree: PromptTree) -> list[torch.Tensor]:
     return [torch.full((len(leaf.response),), (leaf.reward - mean) / (std + STD_EPS), dtype=torch.float32) for leaf in tree.leaves]
 
 
-def prefix_credit_advantages(tree: PromptTree, beta: float = 0.0, alpha: float = 0.5) -> list[torch.Tensor]:
+def prefix_credit_advantages(tree: PromptTree, beta: float = 0.0, alpha: float = 0.5, clamped: bool = False) -> list[torch.Tensor]:
     if not 0.0 <= beta <= 1.0 or not 0.0 <= alpha <= 1.0:
         raise ValueError(f"beta and alpha must be in [0, 1], got beta={beta}, alpha={alpha}")
     if not tree.leaves:
@@ -106,19 +114,45 @@ def prefix_credit_advantages(tree: PromptTree, beta: float = 0.0, alpha: float =
             leaf_adv.append(((1 - alpha) * (r - r_bar) + alpha * (r - v_hat[leaf.group])) * scale)
         else:
             leaf_adv.append((r - r_bar) * scale)
-    return _broadcast(tree, prefix_adv, leaf_adv)
+    leaf_prefix = {}
+    if clamped:  # Proposition 3: winners keep their own credit on the prefix, losers are clamped at 0 from below
+        for g, idx in tree.groups().items():
+            if g not in prefix_adv or len({rewards[i] for i in idx}) < 2:
+                continue
+            m = max(rewards[i] for i in idx)
+            for i in idx:
+                leaf_prefix[i] = (rewards[i] - r_bar) * scale if rewards[i] == m else max(0.0, prefix_adv[g])
+    return _broadcast(tree, prefix_adv, leaf_adv, leaf_prefix)
+
+
+def zero_continuation_mass(tree: PromptTree, advs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Shift every continuation token's advantage (``response[prefix_len:]`` of each leaf) by one constant so that
+    their sum over the tree is zero; shared-prefix tokens are unchanged (seed 001 Arm 11)."""
+    conts = [a[leaf.prefix_len :] for a, leaf in zip(advs, tree.leaves)]
+    n = sum(c.numel() for c in conts)
+    if n == 0:
+        return advs
+    shift = sum(c.double().sum().item() for c in conts) / n
+    out = []
+    for a, leaf in zip(advs, tree.leaves):
+        a = a.clone()
+        a[leaf.prefix_len :] -= shift
+        out.append(a)
+    return out
 
 
 ADVANTAGES = ("treerl", "grpo", "prefix_credit")
 
 
 def advantages(tree: PromptTree, kind: str, newline_mask: torch.Tensor | None = None, beta: float = 0.0, alpha: float = 0.5,
-               subsegments: bool = False) -> list[torch.Tensor]:
-    """Dispatch on ``kind`` (one of :data:`ADVANTAGES`)."""
+               subsegments: bool = False, clamped: bool = False, zero_cont_mass: bool = False) -> list[torch.Tensor]:
+    """Dispatch on ``kind`` (one of :data:`ADVANTAGES`); ``zero_cont_mass`` then centres the continuations."""
     if kind == "treerl":
-        return treerl_advantages(tree, newline_mask if subsegments else None)
-    if kind == "grpo":
-        return grpo_advantages(tree)
-    if kind == "prefix_credit":
-        return prefix_credit_advantages(tree, beta, alpha)
-    raise ValueError(f"unknown advantage {kind!r}; choose one of {', '.join(ADVANTAGES)}")
+        out = treerl_advantages(tree, newline_mask if subsegments else None)
+    elif kind == "grpo":
+        out = grpo_advantages(tree)
+    elif kind == "prefix_credit":
+        out = prefix_credit_advantages(tree, beta, alpha, clamped)
+    else:
+        raise ValueError(f"unknown advantage {kind!r}; choose one of {', '.join(ADVANTAGES)}")
+    return zero_continuation_mass(tree, out) if zero_cont_mass else out

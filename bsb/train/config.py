@@ -10,11 +10,10 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bsb.engine.selectors import SELECTORS
-from bsb.tasks.synthetic import ANSWER_PREFIX
 from bsb.train.advantages import ADVANTAGES
 from bsb.train.loss import LOSSES
 from bsb.train.samplers import EARLY_EOS_RULES
@@ -22,74 +21,98 @@ from bsb.train.samplers import EARLY_EOS_RULES
 ROLLOUTS = ("tree", "two_stage", "flat")
 HOMOGENEOUS = ("zero_grad_step", "skip_step", "backward")
 BACKENDS = ("auto", "vllm", "hf")
+KEEP_BY = ("accuracy", "reward")
+LENS_READOUTS = ("shape", "height", "depth")
+
+
+def _f(default, help: str):
+    """A config field with its help text (``bsb train --help`` prints it)."""
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
 
 
 @dataclass
 class TrainConfig:
-    # --- model and data
-    model: str = "embedded"  # a local Hugging Face checkpoint directory, or "embedded" (the tiny synthetic-task model)
-    train_file: str | None = None  # JSONL/Parquet problems (prompt/answer/id); None: synthetic arithmetic problems
-    val_file: str | None = None  # held-out problems; None: synthetic problems disjoint from training
-    prompt_template: str = "{prompt}"  # how a problem's prompt becomes the model's input text
-    synthetic_ops: tuple[int, ...] = (2, 3)  # difficulties (operation counts) of synthetic training problems
-    synthetic_max_operand: int = 5  # operand range of synthetic problems (match the embedded model's)
-    val_problems: int = 128  # held-out problems used for validation (the first N of val_file)
-    val_temperature: float = 1.0  # validation decoding (the paper: temperature 1.0, top-p 0.95); 0: greedy
-    val_top_p: float = 0.95
-    val_samples: int = 4  # draws per held-out problem (1 when greedy)
+    # --- model and task
+    model: str = _f("embedded", "a local Hugging Face checkpoint directory, or 'embedded' (the tiny synthetic-task model)")
+    task: str = _f("arith", "what is learned: arith (synthetic, the embedded default), math (problem files), or package.module:Class")
+    task_options: dict = _f({}, "the task's options, e.g. {ops: [2, 3], max_operand: 5} for arith, {train_file: a.jsonl, "
+                                "val_file: b.jsonl, gate_chars: 30} for math; set one with --set task_options.NAME=VALUE")
+    prompt_template: str = _f("{prompt}", "how the task's prompt text becomes the model's input ({prompt} is replaced)")
+    val_problems: int = _f(128, "held-out problems used for validation (the first N of the task's held-out set)")
+    val_temperature: float = _f(1.0, "validation decoding temperature (the paper: 1.0 with top-p 0.95); 0: greedy")
+    val_top_p: float = _f(0.95, "validation nucleus")
+    val_samples: int = _f(4, "draws per held-out problem (1 when greedy)")
     # --- rollout
-    rollout: str = "tree"  # tree (seed 000) | two_stage (seed 001 §4.2) | flat (GRPO groups)
-    chains: int = 4  # M root chains per prompt (tree); group size G = chains * (1 + siblings) for flat
-    siblings: int = 2  # k continuations per fork (tree); B for two_stage
-    selector: str = "probe_js"  # fork-point selector (tree rollout): one of bsb.engine.selectors.SELECTORS
-    max_candidates: int = 16  # C, candidate boundaries scored per chain
-    range_cap: float = 1.0  # ρ, score only the first ρ of each chain (0.5 on base models)
-    probe_suffix: str = ANSWER_PREFIX  # elicitation suffix of Probe-JS / Lens-Shift (the synthetic chains' last line)
-    max_refills: int = 2  # refill rounds for chains that cannot fork
-    two_stage_t_min: int = 96  # T_min of the causal newline stop (two_stage)
-    two_stage_t_max: int = 160  # T_max (two_stage)
-    early_eos: str = "terminal_dup"  # two_stage early-EOS rule: terminal_dup | root_resample | midpoint_fallback
-    max_prompt_len: int = 256  # prompts longer than this are an error
-    max_response_len: int = 160  # response token cap
-    temperature: float = 1.0  # rollout sampling temperature
-    top_p: float = 1.0  # rollout nucleus
-    # --- reward
-    overlong_buffer: int = 16  # DAPO soft overlong buffer (tokens); 0: off
-    overlong_factor: float = 1.0  # DAPO overlong penalty factor
-    gate_chars: int | None = None  # seed 001 derivation gate (30 in the paper); None: off
+    rollout: str = _f("tree", "tree (seed 000) | two_stage (seed 001 §4.2) | flat (GRPO groups)")
+    chains: int = _f(4, "M root chains per prompt (tree); K roots (two_stage); group size M(1+k) for flat")
+    siblings: int = _f(2, "k continuations per fork (tree); B branches per root (two_stage)")
+    bifurcate_after_active: int = _f(0, "seed 001's flat warm-up: flat groups until this many active steps have passed, then "
+                                        "the tree / two-stage rollout (3 in the paper); 0: bifurcate from the start")
+    selector: str = _f("probe_js", f"fork-point selector of the tree rollout: {', '.join(s for s in SELECTORS if s != 'bsv')}")
+    max_candidates: int = _f(16, "C, candidate boundaries scored per chain")
+    range_cap: float = _f(1.0, "ρ, score only the first ρ of each chain (0.5 on base models, 1 on SFT models)")
+    probe_suffix: str | None = _f(None, "elicitation suffix of Probe-JS / Lens-Shift; None: the task's")
+    read_len: int | None = _f(None, "L, Probe-JS read positions after the suffix (1 math, 16 code); None: the task's")
+    top_k: int = _f(20, "K of the Probe-JS belief")
+    lens_readout: str = _f("shape", "Lens-Shift read-out: shape | height | depth")
+    lens_layers: list | None = _f(None, "decoder layers in the Lens-Shift profile (e.g. the full-attention ones); None: all")
+    lens_eps: float = _f(0.1, "ε of the Lens-Shift lock-in layer (depth read-out)")
+    margin_window: list = _f([4, 64], "zero-based token positions [lo, hi) searched by min_margin / first_gap")
+    gap_threshold: float = _f(0.5, "Δz threshold of first_gap")
+    max_refills: int = _f(2, "refill rounds for chains that cannot fork")
+    two_stage_t_min: int = _f(96, "T_min of the causal newline stop (two_stage)")
+    two_stage_t_max: int = _f(160, "T_max, the stage-1 length and latest stop (two_stage)")
+    early_eos: str = _f("terminal_dup", "two_stage early-EOS rule: terminal_dup | root_resample | midpoint_fallback")
+    max_prompt_len: int = _f(256, "prompts longer than this many tokens are an error")
+    max_response_len: int = _f(160, "response token cap")
+    temperature: float = _f(1.0, "rollout sampling temperature")
+    top_p: float = _f(1.0, "rollout nucleus")
+    # --- reward and keeping
+    overlong_buffer: int = _f(16, "DAPO soft overlong buffer in tokens; 0: off")
+    overlong_factor: float = _f(1.0, "DAPO overlong penalty factor")
+    dynamic_sampling: bool = _f(True, "DAPO dynamic sampling: train only groups whose outcomes differ")
+    keep_by: str = _f("accuracy", "what must differ for dynamic sampling to keep a group: accuracy (seed 000 App. A, DAPO's "
+                                  "metric) | reward (then leaves that differ only by the overlong penalty count)")
     # --- advantages and loss
-    advantage: str = "treerl"  # treerl | grpo | prefix_credit
-    subsegments: bool = False  # TreeRL: subdivide segment advantages width-proportionally at line breaks
-    prefix_beta: float = 0.0  # prefix_credit: max-backup bonus β
-    prefix_alpha: float = 0.5  # prefix_credit: continuation mix α
-    loss: str = "composite"  # composite (PPO clip, token-mean) | flat (sequence-summed log-probs)
-    clip_low: float = 0.2
-    clip_high: float = 0.28
+    advantage: str = _f("treerl", "treerl (Eq. 7) | grpo | prefix_credit (seed 001 §4.3)")
+    subsegments: bool = _f(False, "TreeRL: subdivide segment advantages width-proportionally at line breaks")
+    prefix_beta: float = _f(0.0, "prefix_credit: max-backup bonus β (0.25 in seed 001's bonus arms)")
+    prefix_alpha: float = _f(0.5, "prefix_credit: continuation mix α")
+    clamped_prefix: bool = _f(False, "prefix_credit: seed 001's one-sided prefix clamping (Proposition 3; an ablation that fails)")
+    zero_cont_token_mass: bool = _f(False, "seed 001 Arm 11: centre continuation advantages to zero signed token mass per question")
+    loss: str = _f("composite", "composite (PPO clip, token-mean) | flat (sequence-summed log-probs, seed 001)")
+    clip_low: float = _f(0.2, "PPO clip ε_low")
+    clip_high: float = _f(0.28, "PPO clip ε_high (clip-higher)")
     # --- batching and optimisation
-    steps: int = 40  # optimizer steps (each on one rollout batch unless minibatches > 1)
-    prompts_per_step: int = 8  # P_train groups trained per step
-    gen_prompts: int = 16  # P_gen prompts generated per round (dynamic sampling keeps groups with reward variance)
-    dynamic_sampling: bool = True  # DAPO: train only groups whose rewards differ
-    max_gen_rounds: int = 2  # generation rounds per step to fill P_train groups
-    homogeneous: str = "zero_grad_step"  # a step with no non-zero advantage: zero_grad_step | skip_step | backward
-    minibatches: int = 1  # optimizer steps per rollout batch (PPO ratios move from 1 after the first)
-    micro_batch: int = 16  # rows per forward/backward (gradient accumulation; does not change the loss)
-    lr: float = 2e-4  # for the embedded default (1e-3 collapses it within 10 steps; the paper uses 1e-6 on 4-9B models)
-    weight_decay: float = 0.1
-    warmup_steps: int = 2
-    grad_clip: float = 1.0
+    steps: int = _f(40, "training steps (rollout batches)")
+    prompts_per_step: int = _f(8, "P_train groups trained per step")
+    gen_prompts: int = _f(16, "P_gen prompts generated per round (dynamic sampling keeps the informative groups)")
+    max_gen_rounds: int = _f(2, "generation rounds per step to fill P_train groups")
+    homogeneous: str = _f("zero_grad_step", "a mini-batch with no non-zero advantage: zero_grad_step | skip_step | backward")
+    minibatches: int = _f(1, "optimizer steps per rollout batch (PPO ratios move from 1 after the first)")
+    micro_batch: int = _f(16, "rows per forward/backward (gradient accumulation; does not change the loss)")
+    unit_question_grad: bool = _f(False, "seed 001 Arm 11: each question's gradient scaled to unit norm before accumulation")
+    grad_accum_questions: int = _f(1, "questions per optimizer step when unit_question_grad (4 in Arm 11)")
+    lr: float = _f(2e-4, "learning rate (2e-4 for the embedded default; 1e-3 collapses it; the paper uses 1e-6 on 4-9B models)")
+    weight_decay: float = _f(0.1, "AdamW weight decay")
+    warmup_steps: int = _f(2, "linear learning-rate warm-up in optimizer steps")
+    grad_clip: float = _f(1.0, "gradient norm clip")
     # --- run
-    backend: str = "auto"  # auto (vLLM when installed) | vllm | hf
-    seed: int = 0
-    out_dir: str = "runs/bsb"  # metrics.jsonl, checkpoints and the final model go here
-    val_every: int = 10  # validate every N steps (and at the start and the end); 0: only start and end
-    save_every: int = 10  # checkpoint every N steps; 0: only at the end
-    progress: bool = True  # progress bars
-    vllm_kv_cache_gib: int = 1
+    backend: str = _f("auto", "rollout engine: auto (vLLM when installed) | vllm | hf")
+    seed: int = _f(0, "the run's seed; every sampling stream derives from (seed, step, round, phase)")
+    out_dir: str = _f("runs/bsb", "metrics.jsonl, config.yaml, checkpoints and the final model go here")
+    val_every: int = _f(10, "validate every N steps (and at the start and the end); 0: only start and end")
+    save_every: int = _f(10, "checkpoint every N steps; 0: only at the end")
+    progress: bool = _f(True, "progress bars")
+    vllm_kv_cache_gib: int = _f(1, "KV cache of the CPU vLLM engine, GiB")
 
     def __post_init__(self):
-        self.synthetic_ops = tuple(self.synthetic_ops)
+        self.task_options = dict(self.task_options or {})
+        self.margin_window = list(self.margin_window)
         checks = [
+            (isinstance(self.task, str) and bool(self.task), "task must name a task (arith, math, or package.module:Class)"),
             (self.rollout in ROLLOUTS, f"rollout must be one of {', '.join(ROLLOUTS)}, got {self.rollout!r}"),
             (self.selector in SELECTORS, f"unknown selector {self.selector!r}; choose one of {', '.join(SELECTORS)}"),
             (self.selector != "bsv", "the bsv selector is a pre-RL validation instrument (a frozen-policy direction), not an RL fork selector"),
@@ -97,14 +120,23 @@ class TrainConfig:
             (self.loss in LOSSES, f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}"),
             (self.homogeneous in HOMOGENEOUS, f"homogeneous must be one of {', '.join(HOMOGENEOUS)}, got {self.homogeneous!r}"),
             (self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}"),
+            (self.keep_by in KEEP_BY, f"keep_by must be one of {', '.join(KEEP_BY)}, got {self.keep_by!r}"),
+            (self.lens_readout in LENS_READOUTS, f"lens_readout must be one of {', '.join(LENS_READOUTS)}, got {self.lens_readout!r}"),
             (self.early_eos in EARLY_EOS_RULES, f"early_eos must be one of {', '.join(EARLY_EOS_RULES)}, got {self.early_eos!r}"),
             (self.chains >= 1, f"chains (M) must be >= 1, got {self.chains}"),
             (self.siblings >= 1, f"siblings (k) must be >= 1, got {self.siblings}"),
+            (self.bifurcate_after_active >= 0, f"bifurcate_after_active must be >= 0, got {self.bifurcate_after_active}"),
             (self.steps >= 1 and self.prompts_per_step >= 1, "steps and prompts_per_step must be >= 1"),
             (self.gen_prompts >= self.prompts_per_step, f"gen_prompts ({self.gen_prompts}) must be >= prompts_per_step ({self.prompts_per_step})"),
             (self.max_gen_rounds >= 1 and self.minibatches >= 1 and self.micro_batch >= 1, "max_gen_rounds, minibatches and micro_batch must be >= 1"),
+            (self.grad_accum_questions >= 1, f"grad_accum_questions must be >= 1, got {self.grad_accum_questions}"),
+            (not self.unit_question_grad or self.minibatches == 1, "unit_question_grad sets its own optimizer steps: keep minibatches=1"),
+            (not self.clamped_prefix or self.advantage == "prefix_credit", "clamped_prefix modifies prefix_credit: set advantage=prefix_credit"),
             (0 < self.range_cap <= 1, f"range_cap must be in (0, 1], got {self.range_cap}"),
-            (self.max_candidates >= 1, f"max_candidates must be >= 1, got {self.max_candidates}"),
+            (self.max_candidates >= 1 and self.top_k >= 1, "max_candidates and top_k must be >= 1"),
+            (self.read_len is None or self.read_len >= 1, f"read_len must be >= 1 (or None: the task's), got {self.read_len}"),
+            (self.probe_suffix is None or bool(self.probe_suffix), "probe_suffix must be non-empty (or None: the task's)"),
+            (len(self.margin_window) == 2 and 0 <= self.margin_window[0] < self.margin_window[1], f"margin_window must be [lo, hi) with 0 <= lo < hi, got {self.margin_window}"),
             (self.temperature > 0 and 0 < self.top_p <= 1, "rollouts sample: temperature must be > 0 and top_p in (0, 1]"),
             (self.lr > 0 and self.grad_clip > 0, "lr and grad_clip must be > 0"),
             (0 <= self.clip_low < 1 and self.clip_high >= 0, "clip_low must be in [0, 1) and clip_high >= 0"),
@@ -112,7 +144,6 @@ class TrainConfig:
             (self.val_temperature >= 0 and 0 < self.val_top_p <= 1 and self.val_samples >= 1,
              "val_temperature must be >= 0, val_top_p in (0, 1], val_samples >= 1"),
             ("{prompt}" in self.prompt_template, "prompt_template must contain {prompt}"),
-            (all(n >= 1 for n in self.synthetic_ops) and self.synthetic_ops, "synthetic_ops must be a non-empty list of counts >= 1"),
         ]
         for ok, message in checks:
             if not ok:
@@ -127,7 +158,17 @@ class TrainConfig:
 
     @property
     def group_size(self) -> int:
-        return self.chains * (1 + self.siblings)
+        """Leaves per prompt: M(1+k) for tree and flat, K·B for two_stage (a flat warm-up keeps the same size)."""
+        return self.chains * self.siblings if self.rollout == "two_stage" else self.chains * (1 + self.siblings)
+
+    @classmethod
+    def help_text(cls) -> str:
+        """Every field with its type, default and help, grouped as in the class (``bsb train --help``)."""
+        lines = []
+        for f in dataclasses.fields(cls):
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            lines.append(f"  {f.name} = {default!r}\n      {f.metadata.get('help', '')}")
+        return "\n".join(lines)
 
     @classmethod
     def from_dict(cls, data: dict) -> TrainConfig:
@@ -148,9 +189,7 @@ class TrainConfig:
         return cls.from_dict(data)
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["synthetic_ops"] = list(self.synthetic_ops)
-        return d
+        return dataclasses.asdict(self)
 
 
 def _coerce(name: str, hint, value):
@@ -169,21 +208,35 @@ def _coerce(name: str, hint, value):
             return int(value)
         if target is bool and not isinstance(value, bool):
             raise ValueError
+        if target is dict and not isinstance(value, dict):
+            raise ValueError
+        if target is list:
+            if not isinstance(value, (list, tuple)):
+                raise ValueError
+            return list(value)
     except (TypeError, ValueError):
         raise ValueError(f"invalid config: {name} expects {getattr(target, '__name__', target)}, got {value!r}") from None
     return value
 
 
-def parse_overrides(pairs: list[str]) -> dict:
-    """``["lr=1e-4", "selector=entropy"]`` → typed values (YAML scalars)."""
+def parse_overrides(pairs: list[str], base: dict | None = None) -> dict:
+    """``["lr=1e-4", "selector=entropy", "task_options.ops=[2, 3]"]`` → typed values (YAML), merged into ``base``.
+    A dotted key sets one entry of a mapping field."""
     import yaml
 
-    out = {}
+    out = dict(base or {})
     for pair in pairs:
         if "=" not in pair:
             raise ValueError(f"override {pair!r} is not field=value")
-        key, value = pair.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        key, value = (x.strip() for x in pair.split("=", 1))
+        parsed = yaml.safe_load(value)
+        if "." in key:
+            top, sub = key.split(".", 1)
+            inner = dict(out.get(top) or {})
+            inner[sub] = parsed
+            out[top] = inner
+        else:
+            out[key] = parsed
     return out
 
 

@@ -1,5 +1,5 @@
-"""Leaf rewards: the task verifier, the optional derivation gate (seed 001 §4.1) and DAPO's soft overlong
-penalty.
+"""Leaf rewards: the task's verdict (its reward includes task rules such as seed 001's derivation gate) plus DAPO's
+soft overlong penalty.
 
 Soft overlong penalty (DAPO): with the response cap ``L_max`` and a buffer ``L_buf``, a response of ``n``
 tokens loses ``factor · min(n − (L_max − L_buf), L_buf) / L_buf`` when ``n > L_max − L_buf`` (nothing otherwise),
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bsb.tasks.math_grader import MathGrader, gated_reward
+from bsb.tasks.task import Verdict
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,6 @@ class RewardConfig:
     max_response: int  # L_max, the response token cap
     overlong_buffer: int = 0  # L_buf; 0 turns the penalty off
     overlong_factor: float = 1.0
-    gate_chars: int | None = None  # seed 001 gate: pay only if \boxed starts at least this many characters in
 
     def __post_init__(self):
         if not 0 <= self.overlong_buffer <= self.max_response:
@@ -34,9 +33,6 @@ def overlong_penalty(n_tokens: int, cfg: RewardConfig) -> float:
     return -cfg.overlong_factor * min(excess, cfg.overlong_buffer) / cfg.overlong_buffer if excess > 0 else 0.0
 
 
-def leaf_reward(text: str, gold: str, n_tokens: int, cfg: RewardConfig, grader: MathGrader) -> tuple[float, bool]:
-    """``(reward, correct)``: verifier (gated when configured) plus the overlong penalty; ``correct`` is the
-    ungated verdict, the accuracy the trainer reports."""
-    correct = grader.grade(text, gold)
-    base = gated_reward(text, correct, cfg.gate_chars) if cfg.gate_chars is not None else float(correct)
-    return base + overlong_penalty(n_tokens, cfg), correct
+def leaf_reward(verdict: Verdict, n_tokens: int, cfg: RewardConfig) -> float:
+    """The verifier's reward plus the overlong penalty of an ``n_tokens`` response."""
+    return verdict.reward + overlong_penalty(n_tokens, cfg)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from bsb.engine.selectors import ChainInput, Selector
+from bsb.train.seeds import derive
 from bsb.train.tree import Leaf, PromptTree
 
 
@@ -47,11 +48,12 @@ class RolloutTimes:
     tokens_generated: int = 0
 
 
-def tree_rollout(prompts: Sequence[list[int]], ids: Sequence[str], golds: Sequence[str], backend, selector: Selector,
+def tree_rollout(prompts: Sequence[list[int]], ids: Sequence[str], golds: Sequence, backend, selector: Selector,
                  reads_backend, newline_mask: torch.Tensor, cfg: TreeConfig, eos_id: int, seed: int,
                  answer_tokens: Callable[[list[int]], list[int] | None] | None = None) -> tuple[list[PromptTree], RolloutTimes]:
     """Trees for ``prompts`` (token ids). ``answer_tokens(response)`` gives a chain's committed answer tokens for
-    Lens-Shift (None when it has none)."""
+    Lens-Shift (None when it has none). ``seed``: the round's stream; roots, refills, probes and siblings each
+    derive their own from it."""
     times = RolloutTimes()
     gen_kw = dict(temperature=cfg.temperature, top_p=cfg.top_p, eos_token_id=eos_id)
 
@@ -69,14 +71,14 @@ def tree_rollout(prompts: Sequence[list[int]], ids: Sequence[str], golds: Sequen
     pending = list(range(len(slots)))
     for round_ in range(cfg.max_refills + 1):
         if round_ > 0:  # refill the chains that could not fork with fresh roots
-            fresh = generate([list(prompts[slots[s][0]]) for s in pending], cfg.max_response, seed + 1_000_003 * round_)
+            fresh = generate([list(prompts[slots[s][0]]) for s in pending], cfg.max_response, derive(seed, "refill", round_))
             for s, r in zip(pending, fresh):
                 responses[s] = r
                 trees[slots[s][0]].refills += 1
         chains = [ChainInput(prompts[slots[s][0]], responses[s], answer=answer_tokens(responses[s]) if answer_tokens else None)
                   for s in pending]
         start = time.perf_counter()
-        sel = selector.select(chains, newline_mask, reads_backend)
+        sel = selector.select(chains, newline_mask, reads_backend, seed=derive(seed, "probe", round_))
         times.select_s += time.perf_counter() - start
         for s, choice in zip(pending, sel.choices):
             forks[s] = choice.fork
@@ -88,7 +90,7 @@ def tree_rollout(prompts: Sequence[list[int]], ids: Sequence[str], golds: Sequen
     cuts = [f if f is not None else 0 for f in forks]  # a chain that never became forkable forks at 0
     reqs = [list(prompts[slots[s][0]]) + list(responses[s][: cuts[s]]) for s in range(len(slots)) for _ in range(cfg.siblings)]
     budget = [cfg.max_response - cuts[s] for s in range(len(slots)) for _ in range(cfg.siblings)]
-    conts = generate(reqs, max(budget), seed + 7_919_993)  # per-request seeds never meet the roots' or refills'
+    conts = generate(reqs, max(budget), derive(seed, "siblings"))
     for s, (p, m) in enumerate(slots):
         tree, t = trees[p], cuts[s]
         tree.fork_positions.append(forks[s])

@@ -22,12 +22,15 @@ eos_token_id)``, so the rules can be run on a scripted finite policy (see the te
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from bsb.train.tree import Leaf
+from bsb.train.rollout import RolloutTimes
+from bsb.train.seeds import derive
+from bsb.train.tree import Leaf, PromptTree
 
 EARLY_EOS_RULES = ("terminal_dup", "root_resample", "midpoint_fallback")
 
@@ -98,8 +101,26 @@ def two_stage_rollout(generate: Callable, prompt: list[int], cfg: TwoStageConfig
             leaves.append(Leaf(prompt, list(done), k, cut))
             plan += [(k, done[:cut], cut, cfg.max_tokens - cut)] * (cfg.branches - 1)
     if plan:
-        conts = generate([prompt + u for _, u, _, _ in plan], max_new_tokens=max(b for *_, b in plan), seed=seed + 7919, **kw)
+        conts = generate([prompt + u for _, u, _, _ in plan], max_new_tokens=max(b for *_, b in plan), seed=derive(seed, "continuations"), **kw)
         for (k, u, keep, budget), v in zip(plan, conts):
             leaves.append(Leaf(prompt, list(u) + list(v[:budget]), k, keep, origin="sibling"))
     leaves.sort(key=lambda leaf: leaf.group)  # stable: each group's leaves stay in the order drawn
     return leaves, census
+
+
+def two_stage_trees(prompts: Sequence[list[int]], ids: Sequence[str], golds: Sequence, backend, cfg: TwoStageConfig,
+                    newline_mask: torch.Tensor, eos_id: int, seed: int, temperature: float = 1.0,
+                    top_p: float = 1.0) -> tuple[list[PromptTree], RolloutTimes, dict]:
+    """:func:`two_stage_rollout` for every prompt of a round (prompt j seeded by its own stream): the trees, the
+    timings and the summed pair census. Each tree's ``fork_positions`` are its groups' stopping times τ."""
+    trees, times, census = [], RolloutTimes(), {}
+    start = time.perf_counter()
+    for j, (i, p, g) in enumerate(zip(ids, prompts, golds)):
+        leaves, c = two_stage_rollout(backend.generate, list(p), cfg, newline_mask, eos_id, temperature, top_p, derive(seed, "two_stage", j))
+        tree = PromptTree(i, g, leaves)
+        tree.fork_positions = [tree.leaves[idx[0]].prefix_len for idx in tree.groups().values()]
+        trees.append(tree)
+        census = {k: census.get(k, 0) + v for k, v in c.items()}
+    times.generate_s = time.perf_counter() - start
+    times.tokens_generated = sum(len(leaf.response) - leaf.prefix_len for t in trees for leaf in t.leaves)
+    return trees, times, census

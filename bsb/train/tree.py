@@ -33,7 +33,7 @@ class PromptTree:
     """All leaves of one prompt (a training group)."""
 
     prompt_id: str
-    gold: str
+    gold: object  # the problem's gold answer, as its task's verifier reads it
     leaves: list[Leaf] = field(default_factory=list)
     fork_positions: list[int | None] = field(default_factory=list)  # per group: fork position (None: refill failed)
     refills: int = 0  # root chains that could not fork and were replaced by fresh ones
@@ -48,6 +48,12 @@ class PromptTree:
     def homogeneous(self) -> bool:
         """Every leaf has the same reward (zero reward variance: no group-relative signal)."""
         return len(set(self.rewards)) <= 1
+
+    @property
+    def accuracy_homogeneous(self) -> bool:
+        """Every leaf is correct, or every leaf is wrong (DAPO's filter on "metric: accuracy", seed 000 App. A):
+        leaves that differ only by the overlong penalty still count as one outcome."""
+        return len({leaf.correct for leaf in self.leaves}) <= 1
 
     def groups(self) -> dict[int, list[int]]:
         """Leaf indices by fork group, in order."""

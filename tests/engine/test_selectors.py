@@ -5,7 +5,9 @@ import math
 import pytest
 import torch
 
+import bsb.kernels
 from bsb.engine import selectors as S
+from bsb.engine.backend import Capabilities
 from bsb.engine.hf_backend import HFBackend
 from bsb.engine.packed import naive_reads
 from bsb.kernels import reference as ref
@@ -111,24 +113,57 @@ def test_fallbacks_and_unforkable_are_counted(backend):
     assert sel.fallbacks == 2 and sel.choices[0].fallback == ""
 
 
+def _flip_logits(cuts):
+    logits = torch.full((len(cuts), 1, 30), -5.0)
+    logits[:3, :, 4] = 8.0
+    logits[3:, :, 9] = 8.0
+    return logits
+
+
 class FlipBackend:
-    """Beliefs that flip between boundary 2 and 3: Probe-JS must fork at boundary 2."""
+    """A black-box engine whose beliefs flip between boundary 2 and 3: Probe-JS must fork at boundary 2."""
 
-    model = None
+    capabilities = Capabilities(belief_topk=True)
 
-    def probe_beliefs(self, prefix, cuts, suffix, read_len=1, k=20, seed=0):
-        logits = torch.full((len(cuts), 1, 30), -5.0)
-        logits[:3, :, 4] = 8.0
-        logits[3:, :, 9] = 8.0
-        logp, idx = ref.topk_logprobs(logits, k)
-        return logp, idx, len(prefix)
+    def probe_topk(self, asks, suffix, read_len=1, k=20, seeds=None):
+        return [(*ref.topk_logprobs(_flip_logits(cuts), k), len(prefix)) for prefix, cuts in asks]
 
 
-def test_probe_js_forks_before_the_belief_moving_step():
+class FlipLogits:
+    """The same beliefs from a white-box backend that returns the read logits."""
+
+    capabilities = Capabilities(belief_logits=True)
+
+    def probe_logits(self, asks, suffix, read_len=1, seeds=None):
+        return [(_flip_logits(cuts), len(prefix)) for prefix, cuts in asks]
+
+
+@pytest.mark.parametrize("backend", [FlipBackend(), FlipLogits()], ids=["top-k", "logits"])
+def test_probe_js_forks_before_the_belief_moving_step(backend):
     ch = chain(9)
-    sel = S.make_selector("probe_js", CFG).select([ch], MASK, FlipBackend()).choices[0]
+    sel = S.make_selector("probe_js", CFG).select([ch], MASK, backend).choices[0]
     assert sel.fork == sel.pool.positions[2]
     assert sel.scores[2] > 0.5 and all(s < 1e-6 for j, s in enumerate(sel.scores) if j != 2 and not math.isnan(s))
+
+
+@pytest.mark.parametrize("backend,op", [(FlipLogits(), "probe_js"), (FlipBackend(), "floored_js")], ids=["logits", "top-k"])
+def test_pipeline_scores_come_from_the_kernel_provider_dispatch_names(backend, op, monkeypatch):
+    """The selector's JS is bsb.kernels' op, served by the provider bsb.kernels.implementation names (not restated)."""
+    from bsb.kernels import dispatch
+
+    table = dispatch.table("cpu")
+    provider, fn = table[op]
+    assert provider == bsb.kernels.implementation(op, "cpu")
+    calls = []
+
+    def spy(*args, **kw):
+        calls.append(provider)
+        return fn(*args, **kw)
+
+    monkeypatch.setitem(table, op, (provider, spy))
+    choice = S.make_selector("probe_js", CFG).select([chain(9)], MASK, backend).choices[0]
+    assert calls and set(calls) == {bsb.kernels.implementation(op, "cpu")}
+    assert choice.fork == choice.pool.positions[2]
 
 
 @pytest.mark.parametrize(
@@ -136,6 +171,8 @@ def test_probe_js_forks_before_the_belief_moving_step():
     [
         (lambda: S.make_selector("prm"), "unknown selector 'prm'"),
         (lambda: S.make_selector("probe_js").select([chain(1)], MASK), "reads the model: pass a backend"),
+        (lambda: S.make_selector("lens_shift", CFG, FlipBackend()), "needs white_box"),
+        (lambda: S.make_selector("probe_js", CFG, object()), "object is not a bsb backend"),
         (lambda: S.SelectorConfig(lens_readout="width"), "lens_readout"),
         (lambda: S.SelectorConfig(margin_window=(10, 5)), "margin_window"),
     ],
@@ -205,9 +242,25 @@ def test_lens_layers_select_the_profile(backend):
 
 def test_white_box_selectors_reject_a_black_box_backend():
     class BlackBox:
-        def probe_beliefs(self, *a, **k):
+        capabilities = Capabilities(belief_topk=True)
+
+        def probe_topk(self, *a, **k):
             raise AssertionError("not reached")
 
     for name in ("entropy", "lens_shift", "min_margin"):
         with pytest.raises(ValueError, match="which BlackBox does not provide"):
             S.make_selector(name, CFG).select([chain(1)], MASK, BlackBox())
+        assert not S.make_selector(name, CFG).can_read(BlackBox())
+    assert S.make_selector("probe_js", CFG, BlackBox()).mode == "belief_topk"  # bound once, at construction
+
+
+def test_selector_binding_prefers_logits_on_a_white_box_backend(backend):
+    assert S.make_selector("probe_js", CFG, backend).mode == "belief_logits"
+    assert S.make_selector("lens_shift", CFG, backend).mode == "white_box"
+
+
+def test_a_call_seed_changes_sampled_reads_and_random_scores():
+    ch = chain(12)
+    rnd = S.make_selector("random", CFG)
+    a, b = rnd.select([ch], MASK, seed=1).choices[0].scores, rnd.select([ch], MASK, seed=2).choices[0].scores
+    assert a != b and a == rnd.select([ch], MASK, seed=1).choices[0].scores

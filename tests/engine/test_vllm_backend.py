@@ -12,6 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 from tiny_checkpoint import VOCAB, build  # noqa: E402
 
+import bsb.kernels  # noqa: E402
 from bsb.engine import selectors as S  # noqa: E402
 from bsb.engine.hf_backend import HFBackend  # noqa: E402
 
@@ -63,8 +64,9 @@ def test_probe_js_scores_agree_with_the_hf_packed_path(engine, hf):
 def test_beliefs_match_the_hf_top_k(engine, hf):
     ch = _chain(2)
     prefix, cuts = ch.prompt + ch.response, [20, 40, 60]
-    lp, ix, _ = engine.probe_beliefs(prefix, cuts, [11, 12], read_len=1, k=20)
-    hlp, hix, _ = hf.probe_beliefs(prefix, cuts, [11, 12], read_len=1, k=20)
+    [(lp, ix, _)] = engine.probe_topk([(prefix, cuts)], [11, 12], read_len=1, k=20)
+    [(logits, _)] = hf.probe_logits([(prefix, cuts)], [11, 12], read_len=1)
+    hlp, hix = bsb.kernels.topk_logprobs(logits, 20)
     torch.testing.assert_close(lp, hlp, atol=1e-4, rtol=1e-4)
     assert (ix == hix).float().mean() > 0.95  # near-ties may swap
 
@@ -72,18 +74,18 @@ def test_beliefs_match_the_hf_top_k(engine, hf):
 def test_reads_batched_across_chains_equal_the_per_chain_reads(engine):
     chains = [_chain(4), _chain(5)]
     asks = [(ch.prompt + ch.response, [15, 33, 51]) for ch in chains]
-    many = engine.probe_beliefs_many(asks, [11, 12], read_len=1, k=20, seeds=[3, 4])
-    for (prefix, cuts), seed, (lp, ix, spent) in zip(asks, [3, 4], many):
-        one_lp, one_ix, _ = engine.probe_beliefs(prefix, cuts, [11, 12], read_len=1, k=20, seed=seed)
+    many = engine.probe_topk(asks, [11, 12], read_len=1, k=20, seeds=[3, 4])
+    for ask, seed, (lp, ix, spent) in zip(asks, [3, 4], many):
+        [(one_lp, one_ix, _)] = engine.probe_topk([ask], [11, 12], read_len=1, k=20, seeds=[seed])
         torch.testing.assert_close(lp, one_lp, atol=1e-5, rtol=1e-5)
         assert torch.equal(ix, one_ix) and spent > 0
 
 
 def test_several_read_positions_and_the_logprob_limit(engine):
-    lp, ix, spent = engine.probe_beliefs(list(range(3, 60)), [10, 30], [11, 12], read_len=3, k=5, seed=1)
+    [(lp, ix, spent)] = engine.probe_topk([(list(range(3, 60)), [10, 30])], [11, 12], read_len=3, k=5, seeds=[1])
     assert lp.shape == ix.shape == (2, 3, 5) and spent > 0
     with pytest.raises(ValueError, match="exceeds the engine's logprob limit"):
-        engine.probe_beliefs(list(range(3, 60)), [10], [11], k=21)
+        engine.probe_topk([(list(range(3, 60)), [10])], [11], k=21)
 
 
 def test_generation_from_token_ids_is_seeded(engine):

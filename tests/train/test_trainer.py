@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from bsb.tasks.tiny_model import TinyConfig, train_tiny_model
+from bsb.train import phases
 from bsb.train.config import TrainConfig, parse_overrides
 from bsb.train.trainer import Trainer
 
@@ -23,9 +24,15 @@ def model_dir(tmp_path_factory):
 def config(model_dir, out, **kw):
     base = dict(model=model_dir, backend="hf", steps=2, prompts_per_step=2, gen_prompts=2, chains=2, siblings=1,
                 max_response_len=48, overlong_buffer=8, val_problems=4, val_every=1, save_every=1, out_dir=str(out),
-                synthetic_ops=(1,), synthetic_max_operand=3, progress=False, selector="probe_js", lr=1e-3)
+                task_options=dict(ops=[1], max_operand=3), progress=False, selector="probe_js", lr=1e-3)
     base.update(kw)
     return TrainConfig(**base)
+
+
+def rollout(tr, step=0, round_=0, seed=0):
+    problems = phases.draw(tr.task, tr.cfg, step, round_, tr.held_out)
+    gen = phases.generate_trees(problems, [tr._encode(p) for p in problems], tr.cfg.rollout, tr.cfg, tr.ctx, seed)
+    return problems, gen
 
 
 def test_a_tree_step_emits_m_times_1_plus_k_leaves_per_prompt_and_logs_metrics(model_dir, tmp_path):
@@ -43,7 +50,8 @@ def test_a_tree_step_emits_m_times_1_plus_k_leaves_per_prompt_and_logs_metrics(m
 
 def test_tree_rollout_shapes(model_dir, tmp_path):
     tr = Trainer(config(model_dir, tmp_path, chains=3, siblings=2))
-    trees, times, _ = tr._rollout(tr._draw(0, 0), seed=0)
+    _, gen = rollout(tr)
+    trees, times = gen.trees, gen.times
     for tree in trees:
         assert len(tree.leaves) == 3 * (1 + 2)
         for _g, idx in tree.groups().items():
@@ -73,7 +81,9 @@ def test_resume_continues_exactly(model_dir, tmp_path):
                                 dict(rollout="two_stage", advantage="prefix_credit", prefix_beta=0.25, two_stage_t_min=8,
                                      two_stage_t_max=16, early_eos="root_resample"),
                                 dict(selector="lens_shift", subsegments=True, minibatches=2, micro_batch=3),
-                                dict(selector="entropy", homogeneous="skip_step", gate_chars=5)])
+                                dict(selector="entropy", homogeneous="skip_step", task_options=dict(ops=[1], max_operand=3, gate_chars=5)),
+                                dict(rollout="two_stage", advantage="prefix_credit", clamped_prefix=True, zero_cont_token_mass=True,
+                                     two_stage_t_min=8, two_stage_t_max=16, unit_question_grad=True, grad_accum_questions=2)])
 def test_variants_run(model_dir, tmp_path, kw):
     m = Trainer(config(model_dir, tmp_path, steps=1, val_every=0, **kw)).run()[-1]
     assert m["step"] == 1 and m["tokens_generated"] > 0
@@ -81,9 +91,9 @@ def test_variants_run(model_dir, tmp_path, kw):
 
 def test_homogeneous_step_takes_the_zero_gradient_step(model_dir, tmp_path):
     tr = Trainer(config(model_dir, tmp_path, dynamic_sampling=False, steps=1))
-    rows = [([3, 4], [5, 6, 7], torch.zeros(3))]
+    rows = [phases.Row([3, 4], [5, 6, 7], torch.zeros(3), 0)]
     before = [p.detach().clone() for p in tr.policy.parameters()]
-    out = tr._update(rows, 0)
+    out = phases.update_policy(tr.policy, tr.opt, tr.sched, rows, tr.cfg, tr.pad, 0)
     assert out["optimizer"] == "zero_grad_step"
     assert tr.opt.state  # AdamW state exists: the step ran (and decayed the weights)
     assert any(not torch.equal(a, b) for a, b in zip(before, tr.policy.parameters()))
@@ -98,14 +108,14 @@ def test_config_errors(model_dir, tmp_path):
         TrainConfig.from_dict({"learning_rate": 1.0})
     with pytest.raises(FileNotFoundError, match="config.json"):
         Trainer(config(str(tmp_path / "missing"), tmp_path))
-    over = parse_overrides(["lr=1e-4", "selector=entropy", "synthetic_ops=[2, 3]"])
-    assert TrainConfig.from_dict(over) == TrainConfig(lr=1e-4, selector="entropy", synthetic_ops=(2, 3))
+    over = parse_overrides(["lr=1e-4", "selector=entropy", "task_options.ops=[2, 3]", "task_options.max_operand=4"])
+    assert TrainConfig.from_dict(over) == TrainConfig(lr=1e-4, selector="entropy", task_options={"ops": [2, 3], "max_operand": 4})
 
 
 def test_yaml_round_trip(tmp_path):
     import yaml
 
-    cfg = TrainConfig(steps=5, selector="entropy", synthetic_ops=(2, 4))
+    cfg = TrainConfig(steps=5, selector="entropy", task_options={"ops": [2, 4]}, lens_layers=[0, 1])
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg.to_dict()))
     assert TrainConfig.from_yaml(path) == cfg
@@ -113,40 +123,131 @@ def test_yaml_round_trip(tmp_path):
 
 def test_yaml_numbers_and_type_errors(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("lr: 1e-4\nsteps: 3\ngate_chars: 30\n")
+    path.write_text("lr: 1e-4\nsteps: 3\ntask_options: {gate_chars: 30}\n")
     cfg = TrainConfig.from_yaml(path)
-    assert cfg.lr == 1e-4 and cfg.steps == 3 and cfg.gate_chars == 30
+    assert cfg.lr == 1e-4 and cfg.steps == 3 and cfg.task_options == {"gate_chars": 30}
+    with pytest.raises(ValueError, match="task_options expects dict"):
+        TrainConfig.from_dict({"task_options": [1]})
     with pytest.raises(ValueError, match="steps expects int"):
         TrainConfig.from_dict({"steps": "many"})
     with pytest.raises(ValueError, match="dynamic_sampling expects bool"):
         TrainConfig.from_dict({"dynamic_sampling": "yes please"})
 
 
-def test_dynamic_sampling_keeps_groups_with_reward_variance(model_dir, tmp_path, monkeypatch):
-    from bsb.train.rollout import RolloutTimes
+def _fake_generate(calls, rewards_by_call, correct_by_call=None):
     from bsb.train.tree import Leaf, PromptTree
 
+    def fake(problems, prompts, kind, cfg, ctx, seed):
+        calls.append(seed)
+        rewards = rewards_by_call[len(calls) - 1]
+        trees = [PromptTree(f"p{len(calls)}-{i}", "1", [Leaf([3], [4, 5], 0, 0) for _ in rs]) for i, rs in enumerate(rewards)]
+        return phases.Generated(trees, kind=kind)
+
+    def fake_score(trees, problems, task, decode, reward_cfg, eos):
+        rewards = rewards_by_call[len(calls) - 1]
+        correct = (correct_by_call or rewards_by_call)[len(calls) - 1]
+        for tree, rs, cs in zip(trees, rewards, correct):
+            for leaf, r, c in zip(tree.leaves, rs, cs):
+                leaf.reward, leaf.correct = r, bool(c > 0.5)
+        from collections import Counter
+
+        return Counter()
+
+    return fake, fake_score
+
+
+def test_dynamic_sampling_keeps_groups_whose_accuracy_differs(model_dir, tmp_path, monkeypatch):
     tr = Trainer(config(model_dir, tmp_path, prompts_per_step=2, gen_prompts=2, max_gen_rounds=3, steps=1))
     calls = []
-
-    def fake_rollout(batch, seed):
-        calls.append(seed)
-        rewards = [[1.0, 1.0], [0.0, 1.0]] if len(calls) == 1 else [[0.0, 0.0], [1.0, 0.0]]
-        trees = [PromptTree(f"p{len(calls)}-{i}", "1", [Leaf([3], [4, 5], 0, 0, reward=r) for r in rs]) for i, rs in enumerate(rewards)]
-        return trees, RolloutTimes(), {}
-
-    monkeypatch.setattr(tr, "_rollout", fake_rollout)
+    fake, score = _fake_generate(calls, [[[1.0, 1.0], [0.0, 1.0]], [[0.0, 0.0], [1.0, 0.0]]])
+    monkeypatch.setattr(phases, "generate_trees", fake)
+    monkeypatch.setattr(phases, "score_trees", score)
     m = tr.train_step()
-    assert len(calls) == 2  # the first round had one group with variance: a second round filled the step
+    assert len(calls) == 2  # the first round had one informative group: a second round filled the step
     assert m["groups_generated"] == 4 and m["groups_kept"] == 2 and m["groups_homogeneous"] == 2
+    assert len(set(calls)) == 2  # each round its own seed stream
 
 
-def test_synthetic_training_never_draws_a_held_out_problem(model_dir, tmp_path):
+@pytest.mark.parametrize("keep_by,kept", [("accuracy", 0), ("reward", 1)])
+def test_an_all_wrong_group_that_differs_only_by_the_overlong_penalty(model_dir, tmp_path, monkeypatch, keep_by, kept):
+    """Seed 000 App. A filters by accuracy: all-wrong leaves with rewards 0 and -0.5 (penalty) carry no signal."""
+    tr = Trainer(config(model_dir, tmp_path, prompts_per_step=1, gen_prompts=1, max_gen_rounds=1, steps=1, keep_by=keep_by))
+    calls = []
+    fake, score = _fake_generate(calls, [[[0.0, -0.5]]], [[[0.0, 0.0]]])
+    monkeypatch.setattr(phases, "generate_trees", fake)
+    monkeypatch.setattr(phases, "score_trees", score)
+    from bsb.train.tree import Leaf, PromptTree
+
+    tree = PromptTree("p", "1", [Leaf([3], [4], 0, 0, reward=0.0, correct=False), Leaf([3], [4], 0, 0, reward=-0.5, correct=False)])
+    assert len(phases.keep_groups([tree], tr.cfg)) == kept
+    m = tr.train_step()
+    assert m["groups_homogeneous"] == 1  # counted by accuracy
+
+
+def test_training_never_draws_a_held_out_problem(model_dir, tmp_path):
     # 1-op problems with operands 0-3: 48 distinct, 40 of them held out
-    tr = Trainer(config(model_dir, tmp_path, val_problems=40, gen_prompts=30, synthetic_max_operand=3))
-    held_out = {p for _, p, _ in tr.val_problems}
+    tr = Trainer(config(model_dir, tmp_path, val_problems=40, gen_prompts=30))
+    held_out = {p.prompt for p in tr.val_problems}
     assert len(held_out) == 40
     for step in range(5):
-        assert not held_out & {p for _, p, _ in tr._draw(step, 0)}
-    with pytest.raises(ValueError, match="distinct synthetic problems"):
-        Trainer(config(model_dir, tmp_path, val_problems=40, synthetic_max_operand=2))  # only 27 exist
+        assert not held_out & {p.prompt for p in phases.draw(tr.task, tr.cfg, step, 0, tr.held_out)}
+    with pytest.raises(ValueError, match="distinct arith problems"):
+        Trainer(config(model_dir, tmp_path, val_problems=40, task_options=dict(ops=[1], max_operand=2)))  # only 27 exist
+
+
+def test_policy_is_in_train_mode_for_updates_and_eval_mode_for_reads(model_dir, tmp_path):
+    tr = Trainer(config(model_dir, tmp_path, dynamic_sampling=False, steps=1, val_every=0))
+    modes = []
+    hook = tr.policy.register_forward_pre_hook(lambda mod, args: modes.append(mod.training))
+    try:
+        before = len(modes)
+        rows = [phases.Row([3, 4], [5, 6, 7], torch.tensor([1.0, -1.0, 0.5]), 0)]
+        phases.update_policy(tr.policy, tr.opt, tr.sched, rows, tr.cfg, tr.pad, 0)
+        assert modes[before:] and all(modes[before:])  # every update forward in train mode
+        after = len(modes)
+        tr.train_step()
+        assert not tr.policy.training
+        reads = modes[after:]
+        assert True in reads and False in reads  # the step read and generated in eval mode, updated in train mode
+    finally:
+        hook.remove()
+
+
+def test_flat_warmup_until_the_active_steps(model_dir, tmp_path):
+    cfg = config(model_dir, tmp_path, rollout="two_stage", two_stage_t_min=8, two_stage_t_max=16, bifurcate_after_active=3)
+    assert [phases.rollout_kind(cfg, a) for a in range(5)] == ["flat_warmup"] * 3 + ["two_stage"] * 2
+    tr = Trainer(config(model_dir, tmp_path, bifurcate_after_active=1, dynamic_sampling=False, steps=1, val_every=0))
+    m = tr.train_step()
+    assert m["rollout"] == "flat_warmup" and m["census_flat_warmup_pairs"] == 2 * 2  # M=2 chains for each of 2 prompts
+    assert m["fork_positions"] == []
+
+
+def test_a_task_from_outside_the_package_trains_through_the_cli(model_dir, tmp_path):
+    from bsb.cli import main
+
+    out = tmp_path / "own"
+    args = ["train", "--set", "task=own_task:EvenOdd", f"model={model_dir}", "backend=hf", "steps=2", "prompts_per_step=2",
+            "gen_prompts=2", "chains=2", "siblings=1", "max_response_len=24", "val_problems=2", "val_every=1", f"out_dir={out}",
+            "progress=false", "selector=midpoint", "overlong_buffer=0", "dynamic_sampling=false"]
+    assert main(args) == 0
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [0, 1, 2] and lines[-1]["tokens_generated"] > 0
+    assert sum(v for k, v in lines[-1].items() if k.startswith("verdict_")) == 2 * 2 * 2  # every leaf judged by the task
+
+
+@pytest.mark.parametrize("task,match", [("nope", "unknown task 'nope'"), ("no_such_module:Task", "does not import"),
+                                        ("own_task:Missing", "has no class 'Missing'"), ("own_task:NotATask", "does not satisfy the Task protocol")])
+def test_bad_tasks_fail_before_any_model_loads(tmp_path, task, match):
+    with pytest.raises(ValueError, match=match):
+        Trainer(TrainConfig(model=str(tmp_path / "no-model"), task=task, out_dir=str(tmp_path / "o")))
+
+
+def test_bad_task_options_and_files_fail_before_any_model_loads(tmp_path):
+    with pytest.raises(ValueError, match="has no option"):
+        Trainer(TrainConfig(model=str(tmp_path / "no-model"), task_options={"opz": [1]}, out_dir=str(tmp_path / "o")))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "1 + 1?"}\n')
+    with pytest.raises(ValueError, match="missing field 'answer'"):
+        Trainer(TrainConfig(model=str(tmp_path / "no-model"), task="math", task_options={"train_file": str(bad)}, out_dir=str(tmp_path / "o")))
+    with pytest.raises(ValueError, match="set task option val_file"):
+        Trainer(TrainConfig(model=str(tmp_path / "no-model"), task="math", out_dir=str(tmp_path / "o")))

@@ -1,0 +1,66 @@
+"""The ``arith`` task: the embedded default's synthetic multi-step integer arithmetic (:mod:`bsb.tasks.synthetic`).
+
+Problems are generated, never loaded: a fixed held-out set (seeded once, the same for every run and seed, so runs
+compare question by question) and fresh training problems per step that are never held out. Answers are boxed
+integers, graded like math (:class:`bsb.tasks.math_task.MathTask`).
+
+Options: ``ops`` (operation counts of training problems; the held-out set cycles through them), ``max_operand``
+(match the embedded model's), ``gate_chars``, ``suffix`` and ``read_len`` as for math.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection
+
+from bsb.tasks.math_grader import ANSWER_PREFIX
+from bsb.tasks.math_task import MathTask
+from bsb.tasks.synthetic import make_problem
+from bsb.tasks.task import Problem
+
+HELD_OUT_SEED = 10**9  # the held-out set's generator seed (independent of the run's seed)
+SAMPLE_SEED = 4242  # offset of the offline commands' problems (bsb validate / evaluate / demo)
+
+
+class ArithTask(MathTask):
+    name = "arith"
+
+    def __init__(self, ops: tuple[int, ...] | list[int] = (2, 3), max_operand: int = 5, gate_chars: int | None = None,
+                 suffix: str = ANSWER_PREFIX, read_len: int = 1):
+        super().__init__(gate_chars=gate_chars, suffix=suffix, read_len=read_len)
+        self.ops = tuple(int(n) for n in ops)
+        if not self.ops or min(self.ops) < 1:
+            raise ValueError(f"task option ops must be a non-empty list of operation counts >= 1, got {list(ops)}")
+        if max_operand < 1:
+            raise ValueError(f"task option max_operand must be >= 1, got {max_operand}")
+        self.max_operand = max_operand
+
+    def _problem(self, rng: random.Random, n_ops: int, pid: str) -> Problem:
+        p = make_problem(rng, n_ops, self.max_operand)
+        return Problem(pid, p.prompt, str(p.answer), {"ops": n_ops})
+
+    def held_out(self, n: int) -> list[Problem]:
+        rng, out, seen = random.Random(HELD_OUT_SEED), [], set()
+        for _ in range(1000 * n):
+            if len(out) == n:
+                return out
+            p = self._problem(rng, self.ops[len(out) % len(self.ops)], f"val-{len(out)}")
+            if p.prompt not in seen:
+                seen.add(p.prompt)
+                out.append(p)
+        raise ValueError(f"only {len(out)} distinct arith problems with ops={list(self.ops)} and max_operand={self.max_operand}; "
+                         "ask for fewer held-out problems or widen the task")
+
+    def draw(self, rng: random.Random, n: int, exclude: Collection[str]) -> list[Problem]:
+        out = []
+        for _ in range(1000 * n):
+            if len(out) == n:
+                return out
+            p = self._problem(rng, rng.choice(self.ops), f"train-{rng.getrandbits(48):012x}")
+            if p.prompt not in exclude:
+                out.append(p)
+        raise ValueError("the held-out set covers (almost) every arith problem of this difficulty: hold out fewer problems")
+
+    def sample(self, n: int, seed: int = 0) -> list[Problem]:
+        rng = random.Random(seed + SAMPLE_SEED)
+        return [self._problem(rng, self.ops[i % len(self.ops)], f"arith-{seed}-{i}") for i in range(n)]

@@ -1,0 +1,71 @@
+"""Tasks by name: ``math``, ``arith``, or ``package.module:ClassName`` for a task of your own.
+
+:func:`make_task` builds and checks a task before any model is loaded: an unknown name, a module that does not
+import, a class that does not satisfy the :class:`~bsb.tasks.task.Task` protocol, or an option the task does not
+take is one clear error naming the accepted values.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Mapping
+
+from bsb.tasks.arith_task import ArithTask
+from bsb.tasks.math_task import MathTask
+from bsb.tasks.task import ATTRIBUTES, METHODS, Task
+
+TASKS: dict[str, type] = {"arith": ArithTask, "math": MathTask}
+
+
+def task_class(name: str) -> type:
+    """The class behind a task name (a key of :data:`TASKS` or ``package.module:ClassName``)."""
+    if name in TASKS:
+        return TASKS[name]
+    if ":" not in name:
+        raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}, or package.module:ClassName for your own")
+    module_name, _, attr = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"task {name!r}: module {module_name!r} does not import ({err})") from None
+    cls = getattr(module, attr, None)
+    if not isinstance(cls, type):
+        raise ValueError(f"task {name!r}: {module_name} has no class {attr!r}")
+    return cls
+
+
+def make_task(name: str, options: Mapping | None = None) -> Task:
+    cls = task_class(name)
+    options = dict(options or {})
+    params = inspect.signature(cls).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    unknown = sorted(set(options) - set(params)) if not takes_any else []
+    if unknown:
+        raise ValueError(f"task {name!r} has no option(s) {', '.join(unknown)}; its options are: {', '.join(params) or 'none'}")
+    task = cls(**options)
+    check_task(task, name)
+    return task
+
+
+def check_task(task, name: str = "task") -> None:
+    """The protocol: every method of :data:`bsb.tasks.task.METHODS` callable, a non-empty ``probe_suffix`` string and
+    a ``read_len`` >= 1."""
+    missing = [m for m in METHODS if not callable(getattr(task, m, None))]
+    missing += [a for a in ATTRIBUTES if getattr(task, a, None) is None]
+    if missing:
+        raise ValueError(f"task {name!r} ({type(task).__name__}) does not satisfy the Task protocol: missing {', '.join(missing)} "
+                         "(subclass bsb.tasks.task.Task)")
+    if not isinstance(task.probe_suffix, str) or not task.probe_suffix:
+        raise ValueError(f"task {name!r}: probe_suffix must be a non-empty string (the elicitation suffix)")
+    if not isinstance(task.read_len, int) or task.read_len < 1:
+        raise ValueError(f"task {name!r}: read_len must be an int >= 1, got {task.read_len!r}")
+
+
+def offline_task(task: str | None = None, options: Mapping | None = None, problems: str | None = None) -> Task:
+    """The task of an offline command (validate, evaluate, demo): ``task`` with ``options``; a problem file given
+    as ``problems`` becomes the held-out set of that task (``math`` when no task is named); else ``arith``."""
+    options = dict(options or {})
+    if problems is not None:
+        options["val_file"] = str(problems)
+    return make_task(task or ("math" if problems is not None else "arith"), options)

@@ -1,0 +1,81 @@
+"""The Task protocol: what is being learned, as the trainer, validation, evaluation and the demo see it.
+
+A task owns everything domain-specific, so the layers above it hold none:
+
+* its problems: a fixed held-out set (:meth:`Task.held_out`), fresh training problems per step (:meth:`Task.draw`)
+  and a sample for the offline commands (:meth:`Task.sample`);
+* the prompt format (:meth:`Task.format_prompt`);
+* the probe: the elicitation suffix text after which a belief is read (:attr:`Task.probe_suffix`) and the read
+  length L (:attr:`Task.read_len`, 1 for math, 16 for code in the paper);
+* the committed-answer span that Lens-Shift teacher-forces (:meth:`Task.answer_span`);
+* the verifier (:meth:`Task.verify`), whose :class:`Verdict` carries the reward, the correctness the trainer
+  reports as accuracy, a reason, and the normalised answer that votes and fork contrasts compare.
+
+Subclass :class:`Task` (its options are the keyword arguments of ``__init__``), or write any class with the same
+attributes; :func:`bsb.tasks.registry.make_task` checks either before a model is loaded.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+# What a task object must offer (checked by bsb.tasks.registry.check_task for classes that do not subclass Task).
+METHODS = ("held_out", "draw", "sample", "format_prompt", "answer_span", "verify", "gold_continuation")
+ATTRIBUTES = ("name", "probe_suffix", "read_len")
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str  # unique within a problem set
+    prompt: str  # the problem text (before the task's prompt format)
+    answer: Any  # the gold answer in the form the task's verifier reads (a string for math)
+    meta: Mapping[str, Any] = field(default_factory=dict)  # anything else the task keeps (difficulty, source row)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    reward: float  # the verifier's reward (after task rules such as the derivation gate; before the overlong penalty)
+    correct: bool  # the ungated verdict: what accuracy counts
+    reason: str = ""  # "correct", "wrong", "no_answer", "gate", "hostile", "timeout", ... (counted in metrics)
+    answer: str = ""  # the normalised committed answer ("" when there is none): what votes compare
+
+
+class Task(ABC):
+    """Base class of a task. Subclasses set :attr:`name` and implement the abstract methods."""
+
+    name: ClassVar[str] = "task"
+    probe_suffix: str = ""  # elicitation suffix text: the probe reads the belief after prefix[:t] + suffix
+    read_len: int = 1  # L, probe read positions after the suffix
+
+    @abstractmethod
+    def held_out(self, n: int) -> list[Problem]:
+        """The first ``n`` problems of a fixed held-out set (the same for every run and seed)."""
+
+    @abstractmethod
+    def draw(self, rng: random.Random, n: int, exclude: Collection[str]) -> list[Problem]:
+        """``n`` training problems for one generation round, drawn with ``rng``; never one whose prompt is in
+        ``exclude`` (the held-out prompts)."""
+
+    def sample(self, n: int, seed: int = 0) -> list[Problem]:
+        """``n`` problems for the offline commands (validate, evaluate, demo); the held-out set by default."""
+        return self.held_out(n)
+
+    def format_prompt(self, problem: Problem) -> str:
+        """The text the model sees before its response."""
+        return problem.prompt
+
+    @abstractmethod
+    def answer_span(self, response: str) -> str | None:
+        """The committed answer in ``response`` (the text Lens-Shift teacher-forces after the suffix), or None."""
+
+    @abstractmethod
+    def verify(self, response: str, problem: Problem) -> Verdict:
+        """Grade a decoded response against the problem."""
+
+    def gold_continuation(self, problem: Problem) -> str:
+        """The gold answer as it follows the elicitation suffix (the figures draw the model's belief in it)."""
+        return str(problem.answer)
