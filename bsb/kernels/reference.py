@@ -2,7 +2,7 @@
 
 Every op computes in float32 whatever the input dtype, and validates its input with :mod:`bsb.kernels.checks`.
 The fused implementations (C++, Triton) are tested against these functions, and benchmarks compare with them.
-Equation numbers refer to "Fork Where the Model Changes Its Mind" (``shared/seeds/000_*``).
+Equation numbers refer to "Fork Where the Model Changes Its Mind: Belief-Shift Branching for Tree-Structured RL".
 
 Conventions shared by all implementations:
 
