@@ -10,6 +10,7 @@ def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from bsb.demo import DemoConfig, run_demo
 
     cfg = DemoConfig(model=args.model, problems=args.problems, task=args.task, task_options=_task_options(args.task_option, parser),
+                     prompt_format=args.prompt_format,
                      n_problems=args.chains, max_response=args.max_response, n_mc=args.n_mc, seed=args.seed, out=args.out, quick=args.quick)
     if args.quick:
         cfg.n_problems, cfg.n_mc, cfg.max_response = min(cfg.n_problems, 2), min(cfg.n_mc, 2), min(cfg.max_response, 64)
@@ -40,7 +41,7 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         b = args.b if args.b is not None else (3 if args.model == "embedded" else 10)
         cfg = ValidateConfig(model=args.model, problems=args.problems, n_problems=args.n_problems, m=args.m, n_mc=args.n_mc, b=b,
                              temperature=args.temperature, max_response=args.max_response, seed=args.seed, out_dir=args.out,
-                             backend=args.backend, bsv_path=args.bsv, read_len=args.read_len, task=args.task,
+                             backend=args.backend, bsv_path=args.bsv, read_len=args.read_len, task=args.task, prompt_format=args.prompt_format,
                              task_options=_task_options(args.task_option, parser), **({"selectors": tuple(args.selectors)} if args.selectors else {}))
     except ValueError as err:
         parser.error(str(err))
@@ -60,6 +61,7 @@ def _evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--k and --n-problems must be >= 1")
     cfg = EvaluateConfig(model=args.model, problems=args.problems, n_problems=args.n_problems, k=args.k, temperature=args.temperature,
                          max_response=args.max_response, seed=args.seed, out_dir=args.out, budget=args.budget, task=args.task,
+                         prompt_format=args.prompt_format,
                          task_options=_task_options(args.task_option, parser))
     run_evaluate(cfg)
     return 0
@@ -76,6 +78,25 @@ def _cost(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                               siblings=args.siblings, candidates=args.candidates, suffix_len=args.suffix_len, read_len=args.read_len)
         cost_report(shape, args.metrics)
     except (ValueError, FileNotFoundError) as err:
+        parser.error(str(err))
+    return 0
+
+
+def _data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from bsb.tasks.data_report import data_report
+
+    tok = None
+    if args.model:
+        import transformers
+
+        from bsb.tasks.tiny_model import resolve_model
+
+        tok = transformers.AutoTokenizer.from_pretrained(resolve_model(args.model))
+    if args.prompt_format == "chat" and tok is None:
+        parser.error("--prompt-format chat renders through a tokenizer's chat template: pass --model PATH")
+    try:
+        data_report(args.file, args.format, args.rows, tok, args.prompt_format, args.choice_seed)
+    except (ValueError, FileNotFoundError, ImportError) as err:
         parser.error(str(err))
     return 0
 
@@ -137,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--budget", default="exact", choices=("exact", "eff_cap"),
                     help="branch continuations' cap: exact, or seed 001's batched per-row eff_cap")
     for p in (demo, val, ev):
+        p.add_argument("--prompt-format", default="plain", choices=("plain", "chat"), help="plain text, or the tokenizer's chat template")
         p.add_argument("--task", default=None, help="arith | math | package.module:Class (default: math with a problem file, else arith)")
         p.add_argument("--task-option", nargs="*", default=[], metavar="NAME=VALUE", help="task options, e.g. --task-option ops=[2,3] gate_chars=30")
     cst = sub.add_parser("cost", help="probe FLOP overhead: the paper's arms (App. B), your step shape, a run's measured shares")
@@ -149,7 +171,18 @@ def main(argv: list[str] | None = None) -> int:
     cst.add_argument("--candidates", type=int, default=16, help="C")
     cst.add_argument("--suffix-len", type=int, default=9, help="E, suffix tokens")
     cst.add_argument("--read-len", type=int, default=1, help="L")
+    from bsb.tasks.schemas import SCHEMAS
+
+    dat = sub.add_parser("data", help="check a problem file: its schema, row count and first rows as the model sees them")
+    dat.add_argument("file", help="a JSONL / JSON / Parquet / CSV problem file")
+    dat.add_argument("--format", choices=list(SCHEMAS), help="name the schema (default: recognised from the columns)")
+    dat.add_argument("--rows", type=int, default=3, help="rows to show")
+    dat.add_argument("--model", help="a local model directory whose tokenizer renders the prompts (needed for --prompt-format chat)")
+    dat.add_argument("--prompt-format", default="plain", choices=("plain", "chat"))
+    dat.add_argument("--choice-seed", type=int, default=0, help="the seed of multiple-choice option orders")
     args = parser.parse_args(argv)
+    if args.command == "data":
+        return _data(args, parser)
     if args.command == "cost":
         return _cost(args, parser)
     if args.command == "validate":

@@ -23,6 +23,7 @@ class DemoConfig:
     problems: str | None = None  # a problem file (the math task's held-out set); None: the task's own problems
     task: str | None = None  # arith | math | package.module:Class (default: math with a problem file, else arith)
     task_options: dict | None = None
+    prompt_format: str = "plain"  # plain | chat (the tokenizer's chat template)
     n_problems: int = 4  # chains sampled (one per problem)
     max_response: int = 160  # response token cap
     temperature: float = 0.7  # chain and completion sampling temperature
@@ -44,6 +45,7 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     from bsb.engine.hf_backend import HFBackend
     from bsb.eval.figures import case_plot
     from bsb.eval.value_curve import answer_belief, mc_values
+    from bsb.tasks.prompting import render_prompt
     from bsb.tasks.registry import offline_task
     from bsb.tasks.tiny_model import TinyConfig, resolve_model, train_tiny_model
 
@@ -61,7 +63,7 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     newline = newline_token_mask(tok, backend.vocab_size)
     problem_set = task.sample(cfg.n_problems, cfg.seed)
     problems = [(p.prompt, p.answer) for p in problem_set]
-    prompts = [tok.encode(task.format_prompt(p), add_special_tokens=False) for p in problem_set]
+    prompts = [tok.encode(render_prompt(task, p, tok, cfg.prompt_format), add_special_tokens=False) for p in problem_set]
 
     # --- rollout: one chain per problem (timed per chain, so each read is set against its own rollout)
     responses, rollout_s = [], []

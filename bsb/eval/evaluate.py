@@ -31,6 +31,7 @@ class EvaluateConfig:
     problems: str | None = None  # a problem file (the math task's held-out set); None: the task's own problems
     task: str | None = None  # arith | math | package.module:Class (default: math with a problem file, else arith)
     task_options: dict | None = None
+    prompt_format: str = "plain"  # plain | chat (the tokenizer's chat template)
     n_problems: int = 64
     k: int = 3  # sampled candidates per question
     temperature: float = 0.6  # seed 001's single-seed sampled mode (T=0.6, top-p 0.9)
@@ -52,6 +53,7 @@ def run_evaluate(cfg: EvaluateConfig, console=None) -> dict:
     from tqdm import tqdm
 
     from bsb.engine.hf_backend import HFBackend
+    from bsb.tasks.prompting import render_prompt
     from bsb.tasks.registry import offline_task
     from bsb.tasks.tiny_model import resolve_model
 
@@ -78,7 +80,7 @@ def run_evaluate(cfg: EvaluateConfig, console=None) -> dict:
     modes += [f"{b}_fork@3:{r}" for b in BRANCH_RULES for r in ("mdl_maj", "completed_root_maj")]
     scores = {m: [] for m in modes}
     fallbacks = {b: 0 for b in BRANCH_RULES}
-    prompts = [tok.encode(task.format_prompt(p), add_special_tokens=False) for p in problems]
+    prompts = [tok.encode(render_prompt(task, p, tok, cfg.prompt_format), add_special_tokens=False) for p in problems]
     # one batched request per phase: the greedy roots, the k sampled draws, then every branch continuation
     bar = tqdm(total=4, desc="evaluating (roots, draws, branch points, branches)", disable=not cfg.progress)
     roots = backend.generate(prompts, cfg.max_response, temperature=0.0, eos_token_id=eos)

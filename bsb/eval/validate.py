@@ -38,6 +38,7 @@ from bsb.engine.selectors import SELECTORS, CannotScore, ChainInput, SelectorCon
 from bsb.engine.vllm_backend import rollout_backend
 from bsb.eval.reconstruction import is_flat, oracle_floor, reconstruction_error, top_b
 from bsb.eval.value_curve import CompletionStore, answer_belief, mc_values
+from bsb.tasks.prompting import render_prompt
 from bsb.tasks.registry import offline_task
 
 TOKEN_WINDOW = ("min_margin", "first_gap")
@@ -50,6 +51,7 @@ class ValidateConfig:
     problems: str | None = None  # a problem file (the math task's held-out set); None: the task's own problems
     task: str | None = None  # arith | math | package.module:Class (default: math with a problem file, else arith)
     task_options: dict | None = None  # the task's options; None: arith problems of 2-4 operations, no options otherwise
+    prompt_format: str = "plain"  # plain | chat (the tokenizer's chat template)
     n_problems: int = 24
     selectors: tuple[str, ...] = DEFAULT_SELECTORS
     bsv_path: str | None = None  # a fitted BSV direction adds the bsv selector
@@ -126,7 +128,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     eos = tok.eos_token_id
     newline = newline_token_mask(tok, hf.vocab_size)
     problems = task.sample(cfg.n_problems, cfg.seed)
-    prompts = [tok.encode(task.format_prompt(p), add_special_tokens=False) for p in problems]
+    prompts = [tok.encode(render_prompt(task, p, tok, cfg.prompt_format), add_special_tokens=False) for p in problems]
 
     # --- chains: sampled once, reused on resume
     chains_path = out / "chains.jsonl"

@@ -27,7 +27,7 @@ class ArithTask(MathTask):
 
     def __init__(self, ops: tuple[int, ...] | list[int] = (2, 3), max_operand: int = 5, gate_chars: int | None = None,
                  suffix: str = ANSWER_PREFIX, read_len: int = 1):
-        super().__init__(gate_chars=gate_chars, suffix=suffix, read_len=read_len)
+        super().__init__(gate_chars=gate_chars, suffix=suffix, read_len=read_len)  # boxed answers, graded like math
         self.ops = tuple(int(n) for n in ops)
         if not self.ops or min(self.ops) < 1:
             raise ValueError(f"task option ops must be a non-empty list of operation counts >= 1, got {list(ops)}")
@@ -37,7 +37,7 @@ class ArithTask(MathTask):
 
     def _problem(self, rng: random.Random, n_ops: int, pid: str) -> Problem:
         p = make_problem(rng, n_ops, self.max_operand)
-        return Problem(pid, p.prompt, str(p.answer), {"ops": n_ops})
+        return Problem(pid, p.prompt, str(p.answer), {"ops": n_ops, "convention": "boxed"})
 
     def held_out(self, n: int) -> list[Problem]:
         rng, out, seen = random.Random(HELD_OUT_SEED), [], set()

@@ -118,10 +118,15 @@ class MathGrader:
         return None
 
     def grade(self, response: str, gold: str) -> bool:
+        """The response's last boxed answer against ``gold``."""
         pred = extract_boxed(response)
         if pred is None:
             self.stats["no_answer"] += 1
             return False
+        return self.equivalent(pred, gold)
+
+    def equivalent(self, pred: str, gold: str) -> bool:
+        """An extracted answer against ``gold``: normalised match, exact numbers, then bounded symbolic equivalence."""
         why = self._hostile(pred)
         if why:
             self._count("hostile", why)
@@ -150,6 +155,28 @@ class MathGrader:
         if not ok:
             self._count("timeout", f"symbolic check over {self.timeout_s}s")
         return result
+
+
+_ANSWER_LINE = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
+
+
+def extract_answer_line(text: str) -> str | None:
+    """DAPO's convention, the extraction rule of verl's ``math_dapo`` reward: the last ``Answer: ...`` line within
+    the response's last 300 characters (the rest of that line)."""
+    found = _ANSWER_LINE.findall(text[-300:])
+    return found[-1].strip() if found else None
+
+
+def split_top_level(answer: str) -> list[str]:
+    """Split a multiple-answer string at commas outside brackets (``1, (2, 3)`` -> ``["1", "(2, 3)"]``)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(answer):
+        depth += {"{": 1, "(": 1, "[": 1, "}": -1, ")": -1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(answer[start:i])
+            start = i + 1
+    parts.append(answer[start:])
+    return [p.strip() for p in parts if p.strip()]
 
 
 def gated_reward(response: str, correct: bool, min_chars_before_box: int = 30) -> float:

@@ -1,26 +1,33 @@
-"""Problem sets: JSONL or Parquet files of problems with a prompt, a gold answer and an id.
+"""Problem files: JSONL, JSON, Parquet or CSV, in any schema of :mod:`bsb.tasks.schemas`.
 
-Field names follow the common styles: ``prompt`` | ``problem`` | ``question`` for the prompt, ``answer`` |
-``final_answer`` | ``solution`` for the gold answer, ``id`` | ``unique_id`` for the id (default: ``<file stem>-<row>``).
-Gold answers are reduced to the final answer: a MATH-style solution to its last ``\\boxed{}``, a GSM8K-style
-answer to the text after ``####``, an AIME integer to its string. A malformed row is an error that names the
-file, the line (or row) and the field.
+The schema is recognised from the first row's columns, or named (``format=``); every row must be of that schema
+(a file mixing schemas is an error). A malformed row is an error that names the file, the line (or row) and the
+field; a gold answer is never guessed from a field it cannot be read from.
 """
 
 from __future__ import annotations
 
+import csv
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from bsb.tasks.math_grader import extract_boxed
+from bsb.tasks.schemas import SCHEMAS, RowError, detect
 from bsb.tasks.task import Problem
 
-PROMPT_FIELDS = ("prompt", "problem", "question")
-ANSWER_FIELDS = ("answer", "final_answer", "solution")
-ID_FIELDS = ("id", "unique_id")
+SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 
-def load_problems(path: str | Path) -> list[Problem]:
+@dataclass(frozen=True)
+class ProblemSet:
+    path: Path
+    schema: str  # the schema name (bsb.tasks.schemas.SCHEMAS)
+    problems: list[Problem]
+    columns: list[str]  # the first row's columns, as found
+
+
+def read_rows(path: str | Path) -> list[tuple[str, object]]:
+    """``(where, row)`` of every record: where is ``line N`` (JSONL) or ``row N``."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no problem file at {path}")
@@ -29,8 +36,16 @@ def load_problems(path: str | Path) -> list[Problem]:
             import pyarrow.parquet as pq
         except ImportError as err:
             raise ImportError("reading Parquet needs pyarrow (pip install pyarrow)") from err
-        rows = [(f"row {i}", r) for i, r in enumerate(pq.read_table(path).to_pylist())]
-    elif path.suffix in (".jsonl", ".json"):
+        return [(f"row {i}", r) for i, r in enumerate(pq.read_table(path).to_pylist())]
+    if path.suffix == ".csv":
+        with path.open(newline="", encoding="utf-8") as f:
+            return [(f"row {i}", dict(r)) for i, r in enumerate(csv.DictReader(f))]
+    if path.suffix == ".json":
+        data = json.loads(path.read_text())
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: a .json problem file holds a list of objects")
+        return [(f"row {i}", r) for i, r in enumerate(data)]
+    if path.suffix == ".jsonl":
         rows = []
         for n, line in enumerate(path.read_text().splitlines(), start=1):
             if not line.strip():
@@ -39,38 +54,41 @@ def load_problems(path: str | Path) -> list[Problem]:
                 rows.append((f"line {n}", json.loads(line)))
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}:{n}: not a JSON object ({err.msg}); one problem per line") from None
-    else:
-        raise ValueError(f"{path}: unknown problem file type {path.suffix!r}; use .jsonl or .parquet")
-    problems, seen = [], set()
-    for i, (where, rec) in enumerate(rows):
-        if not isinstance(rec, dict):
-            raise ValueError(f"{path}, {where}: expected an object with prompt and answer fields")
-        prompt = _field(rec, PROMPT_FIELDS, path, where)
-        answer = _final_answer(_field(rec, ANSWER_FIELDS, path, where), path, where)
-        pid = next((str(rec[f]) for f in ID_FIELDS if rec.get(f) is not None), f"{path.stem}-{i}")
-        if pid in seen:
-            raise ValueError(f"{path}, {where}: duplicate id {pid!r}")
-        seen.add(pid)
-        problems.append(Problem(pid, str(prompt), answer))
-    if not problems:
+        return rows
+    raise ValueError(f"{path}: unknown problem file type {path.suffix!r}; use {', '.join(SUFFIXES)}")
+
+
+def load_problem_set(path: str | Path, format: str | None = None, seed: int = 0) -> ProblemSet:
+    """Every problem of ``path`` in schema ``format`` (None: recognised from the first row). ``seed`` fixes the
+    per-question option order of multiple-choice sets."""
+    path = Path(path)
+    if format is not None and format not in SCHEMAS:
+        raise ValueError(f"unknown problem format {format!r}; the recognised schemas are {', '.join(SCHEMAS)}")
+    rows = read_rows(path)
+    if not rows:
         raise ValueError(f"{path} holds no problems")
-    return problems
+    problems, seen, schema = [], set(), format
+    for i, (where, row) in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}, {where}: expected an object with prompt and answer fields")
+        found = detect(row)
+        if schema is None:
+            if found is None:
+                raise ValueError(f"{path}, {where}: unknown schema; recognised: {', '.join(SCHEMAS)}; columns found: {', '.join(map(str, row))}")
+            schema = found
+        elif format is None and found != schema:
+            raise ValueError(f"{path}, {where}: a {found or 'unknown'}-schema row in a {schema} file (columns: {', '.join(map(str, row))}); "
+                             "one schema per file")
+        try:
+            problem = SCHEMAS[schema][0](row, i, path.stem, seed)
+        except RowError as err:
+            raise ValueError(f"{path}, {where}: {err}") from None
+        if problem.id in seen:
+            raise ValueError(f"{path}, {where}: duplicate id {problem.id!r}")
+        seen.add(problem.id)
+        problems.append(problem)
+    return ProblemSet(path, schema, problems, [str(c) for c in rows[0][1]])
 
 
-def _field(rec: dict, names: tuple[str, ...], path: Path, where: str):
-    for name in names:
-        if rec.get(name) is not None and str(rec[name]).strip():
-            return rec[name]
-    raise ValueError(f"{path}, {where}: missing field {names[0]!r} (or {', '.join(repr(n) for n in names[1:])})")
-
-
-def _final_answer(raw, path: Path, where: str) -> str:
-    text = str(raw).strip()
-    if "####" in text:  # GSM8K
-        return text.rsplit("####", 1)[1].strip().replace(",", "")
-    if "\\boxed" in text or "\\fbox" in text:  # a MATH-style worked solution
-        boxed = extract_boxed(text)
-        if boxed is None:
-            raise ValueError(f"{path}, {where}: the solution's \\boxed{{}} is not closed")
-        return boxed.strip()
-    return text
+def load_problems(path: str | Path, format: str | None = None, seed: int = 0) -> list[Problem]:
+    return load_problem_set(path, format, seed).problems

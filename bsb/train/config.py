@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bsb.engine.selectors import SELECTORS
+from bsb.tasks.prompting import PROMPT_FORMATS
 from bsb.train.advantages import ADVANTAGES
 from bsb.train.loss import LOSSES
 from bsb.train.samplers import EARLY_EOS_RULES
@@ -39,6 +40,8 @@ class TrainConfig:
     task: str = _f("arith", "what is learned: arith (synthetic, the embedded default), math (problem files), or package.module:Class")
     task_options: dict = _f({}, "the task's options, e.g. {ops: [2, 3], max_operand: 5} for arith, {train_file: a.jsonl, "
                                 "val_file: b.jsonl, gate_chars: 30} for math; set one with --set task_options.NAME=VALUE")
+    prompt_format: str = _f("plain", "plain (base models: the prompt text) | chat (the tokenizer's chat template; verl rows keep "
+                                     "their messages); config.yaml records a rendered example")
     prompt_template: str = _f("{prompt}", "how the task's prompt text becomes the model's input ({prompt} is replaced)")
     val_problems: int = _f(128, "held-out problems used for validation (the first N of the task's held-out set)")
     val_temperature: float = _f(1.0, "validation decoding temperature (the paper: 1.0 with top-p 0.95); 0: greedy")
@@ -120,6 +123,7 @@ class TrainConfig:
             (self.loss in LOSSES, f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}"),
             (self.homogeneous in HOMOGENEOUS, f"homogeneous must be one of {', '.join(HOMOGENEOUS)}, got {self.homogeneous!r}"),
             (self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}"),
+            (self.prompt_format in PROMPT_FORMATS, f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}"),
             (self.keep_by in KEEP_BY, f"keep_by must be one of {', '.join(KEEP_BY)}, got {self.keep_by!r}"),
             (self.lens_readout in LENS_READOUTS, f"lens_readout must be one of {', '.join(LENS_READOUTS)}, got {self.lens_readout!r}"),
             (self.early_eos in EARLY_EOS_RULES, f"early_eos must be one of {', '.join(EARLY_EOS_RULES)}, got {self.early_eos!r}"),

@@ -36,6 +36,7 @@ import torch
 from bsb.engine.backend import capabilities
 from bsb.engine.boundaries import newline_token_mask
 from bsb.engine.selectors import SelectorConfig, make_selector
+from bsb.tasks.prompting import render_prompt
 from bsb.tasks.registry import make_task
 from bsb.tasks.task import Problem
 from bsb.tasks.tiny_model import resolve_model
@@ -65,6 +66,7 @@ class Trainer:
         self.model_path = resolve_model(cfg.model)
         load_from = self.ckpt / "model" if resuming else self.model_path
         self.tok = transformers.AutoTokenizer.from_pretrained(self.model_path)
+        self._render(self.val_problems[0])  # a prompt format the tokenizer cannot render fails before the model loads
         torch.manual_seed(cfg.seed)
         self.policy = transformers.AutoModelForCausalLM.from_pretrained(load_from, dtype=torch.float32)
         self.hf = HFBackend(self.policy, self.tok)  # reads and generation in eval mode; updates switch to train mode
@@ -111,8 +113,11 @@ class Trainer:
         # + room for a probe: the elicitation suffix and its read
         return make_backend(cfg.backend, path, self.hf, cfg.max_prompt_len + cfg.max_response_len + 64, cfg.seed, cfg.vllm_kv_cache_gib)
 
+    def _render(self, problem: Problem) -> str:
+        return render_prompt(self.task, problem, self.tok, self.cfg.prompt_format, self.cfg.prompt_template)
+
     def _encode(self, problem: Problem) -> list[int]:
-        ids = self.tok.encode(self.cfg.prompt_template.format(prompt=self.task.format_prompt(problem)), add_special_tokens=False)
+        ids = self.tok.encode(self._render(problem), add_special_tokens=False)
         if not ids or len(ids) > self.cfg.max_prompt_len:
             raise ValueError(f"a prompt of {len(ids)} tokens does not fit max_prompt_len={self.cfg.max_prompt_len}: {problem.prompt[:80]!r}")
         return ids
@@ -186,7 +191,9 @@ class Trainer:
 
         cfg = self.cfg
         metrics_path = self.out / "metrics.jsonl"
-        (self.out / "config.yaml").write_text(_yaml(cfg.to_dict()))
+        example = "".join(f"#   {line}\n" for line in self._render(self.val_problems[0]).splitlines())
+        (self.out / "config.yaml").write_text(_yaml(cfg.to_dict()) + f"# prompt_format: {cfg.prompt_format}; the first held-out "
+                                              f"prompt as the model sees it:\n{example}")
         rows = []
         if self.step == 0:
             metrics_path.write_text("")

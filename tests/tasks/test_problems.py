@@ -13,16 +13,17 @@ def _jsonl(tmp_path, rows, name="set.jsonl"):
     return p
 
 
-def test_styles(tmp_path):
+def test_plain_styles(tmp_path):
     p = _jsonl(tmp_path, [
         {"problem": "What is 1/2 + 1/2?", "solution": r"We add: $\boxed{1}$.", "unique_id": "math/1"},
-        {"question": "Tom has 3 apples...", "answer": "He has 3+4=7\n#### 1,007"},
         {"problem": "AIME I 2025 #1", "answer": 70, "id": 2025001},
         {"prompt": "Compute 2+2.", "answer": "4"},
+        {"question": "Tom has 3 apples...", "final_answer": "He has 3+4=7\n#### 1,007"},
     ])
     got = load_problems(p)
-    assert [(q.id, q.answer) for q in got] == [("math/1", "1"), ("set-1", "1007"), ("2025001", "70"), ("set-3", "4")]
-    assert got[1].prompt.startswith("Tom")
+    assert [(q.id, q.answer) for q in got] == [("math/1", "1"), ("2025001", "70"), ("set-2", "4"), ("set-3", "1007")]
+    assert got[3].prompt.startswith("Tom")
+    assert all(q.meta["convention"] == "boxed" for q in got)
 
 
 def test_parquet(tmp_path):
@@ -50,9 +51,9 @@ def test_malformed_rows_name_file_line_and_field(tmp_path, rows, match):
 
 
 def test_unknown_type_missing_and_empty(tmp_path):
-    (tmp_path / "a.csv").write_text("x")
+    (tmp_path / "a.txt").write_text("x")
     with pytest.raises(ValueError, match="unknown problem file type"):
-        load_problems(tmp_path / "a.csv")
+        load_problems(tmp_path / "a.txt")
     with pytest.raises(FileNotFoundError):
         load_problems(tmp_path / "nope.jsonl")
     with pytest.raises(ValueError, match="holds no problems"):
