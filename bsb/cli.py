@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -101,6 +102,25 @@ def _data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from bsb.eval.sweep import execute, plan, summarize
+    from bsb.train.config import parse_overrides
+
+    try:  # everything is checked before anything trains
+        runs = plan(args.configs, args.seeds, args.out, parse_overrides(args.set))
+        names = list(dict.fromkeys(r.name for r in runs))
+        if args.reference is not None and args.reference not in names:
+            raise ValueError(f"--reference {args.reference!r} is none of the sweep's configs: {', '.join(names)}")
+    except (ValueError, FileNotFoundError) as err:
+        parser.error(str(err))
+    if not args.summarize_only:
+        execute(runs)
+    result = summarize(runs, args.out, args.reference)
+    print(result["table"])
+    print(f"table: {Path(args.out) / 'table.md'}; figure: {Path(args.out) / 'curves.png'}")
+    return 0
+
+
 def _task_options(pairs: list[str], parser: argparse.ArgumentParser) -> dict | None:
     from bsb.train.config import parse_overrides
 
@@ -180,7 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     dat.add_argument("--model", help="a local model directory whose tokenizer renders the prompts (needed for --prompt-format chat)")
     dat.add_argument("--prompt-format", default="plain", choices=("plain", "chat"))
     dat.add_argument("--choice-seed", type=int, default=0, help="the seed of multiple-choice option orders")
+    swp = sub.add_parser("sweep", help="several configs x seeds, each in its own process and folder (resumable); one table and figure")
+    swp.add_argument("configs", nargs="+", help="YAML configs (bsb train --config files); each run is named after its file")
+    swp.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    swp.add_argument("--out", default="runs/sweep", help="one folder per run inside, plus table.md and curves.png")
+    swp.add_argument("--reference", help="the config the others are compared with (default: the first)")
+    swp.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="overrides applied to every config")
+    swp.add_argument("--summarize-only", action="store_true", help="write the table and figure from finished runs, train nothing")
     args = parser.parse_args(argv)
+    if args.command == "sweep":
+        return _sweep(args, parser)
     if args.command == "data":
         return _data(args, parser)
     if args.command == "cost":

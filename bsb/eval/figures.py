@@ -93,3 +93,22 @@ def curves(path: str | Path, series: Mapping[str, tuple[Sequence[float], Sequenc
     ax.legend()
     fig.tight_layout()
     return _save(plt, fig, path)
+
+
+def sweep_curves(path: str | Path, raw: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+                 smooth: Mapping[str, tuple[Sequence[float], Sequence[float]]], best: Mapping[str, tuple[float, float]], *,
+                 xlabel: str, ylabel: str, title: str = "") -> Path:
+    """Seed 000 Figure 4 style: raw validation curves (faint), their moving average (solid), a star at each
+    series' best-aggregate checkpoint."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for name, (x, y) in smooth.items():
+        line, = ax.plot(x, y, "-", lw=2, label=name)
+        ax.plot(*raw[name], "o-", lw=0.8, ms=3, alpha=0.3, color=line.get_color())
+        ax.plot(*best[name], "*", ms=14, color=line.get_color(), markeredgecolor="black")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(plt, fig, path)

@@ -16,7 +16,7 @@ from pathlib import Path
 from bsb.engine.selectors import SELECTORS
 from bsb.tasks.prompting import PROMPT_FORMATS
 from bsb.train.advantages import ADVANTAGES
-from bsb.train.loss import LOSSES
+from bsb.train.loss import LOSS_AGGS, LOSSES
 from bsb.train.samplers import EARLY_EOS_RULES
 
 ROLLOUTS = ("tree", "two_stage", "flat")
@@ -86,8 +86,10 @@ class TrainConfig:
     clamped_prefix: bool = _f(False, "prefix_credit: seed 001's one-sided prefix clamping (Proposition 3; an ablation that fails)")
     zero_cont_token_mass: bool = _f(False, "seed 001 Arm 11: centre continuation advantages to zero signed token mass per question")
     loss: str = _f("composite", "composite (PPO clip, token-mean) | flat (sequence-summed log-probs, seed 001)")
+    loss_agg: str = _f("token-mean", "composite loss aggregation (verl's loss_agg_mode): token-mean (the paper) | seq-mean-token-mean "
+                                     "(standard GRPO) | seq-mean-token-sum")
     clip_low: float = _f(0.2, "PPO clip ε_low")
-    clip_high: float = _f(0.28, "PPO clip ε_high (clip-higher)")
+    clip_high: float = _f(0.28, "PPO clip ε_high (clip-higher; 0.2 = symmetric, standard GRPO)")
     # --- batching and optimisation
     steps: int = _f(40, "training steps (rollout batches)")
     prompts_per_step: int = _f(8, "P_train groups trained per step")
@@ -121,6 +123,7 @@ class TrainConfig:
             (self.selector != "bsv", "the bsv selector is a pre-RL validation instrument (a frozen-policy direction), not an RL fork selector"),
             (self.advantage in ADVANTAGES, f"advantage must be one of {', '.join(ADVANTAGES)}, got {self.advantage!r}"),
             (self.loss in LOSSES, f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}"),
+            (self.loss_agg in LOSS_AGGS, f"loss_agg must be one of {', '.join(LOSS_AGGS)}, got {self.loss_agg!r}"),
             (self.homogeneous in HOMOGENEOUS, f"homogeneous must be one of {', '.join(HOMOGENEOUS)}, got {self.homogeneous!r}"),
             (self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}"),
             (self.prompt_format in PROMPT_FORMATS, f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}"),

@@ -2,7 +2,10 @@
 
 * :func:`composite_loss` (seed 000 App. A, DAPO-style): PPO ratios against the rollout policy's log-probs,
   asymmetric clipping ``clip(r, 1 − 0.2, 1 + 0.28)``, token-mean aggregation over every response token of
-  the mini-batch, no KL term, no entropy bonus.
+  the mini-batch, no KL term, no entropy bonus. The aggregation modes are verl's ``loss_agg_mode``:
+  ``token-mean`` (Σ over the mini-batch's tokens / their count), ``seq-mean-token-mean`` (each sequence's token
+  mean, averaged over its sequences: standard GRPO, the paper's updater ablation with symmetric clipping 0.2/0.2),
+  and ``seq-mean-token-sum`` (each sequence's token sum, averaged over its sequences).
 * :func:`flat_loss` (seed 001 §1): ``−(1/G) Σ_i Σ_t A_{i,t} log π(y_t)``, sequence-summed log-probs with each
   token's NLL weighted before the sum (seed 001's ``compute_weighted_logprob``).
 * :func:`zero_grad_step` (seed 001 §3.2): ``param.grad = zeros_like(param); optimizer.step()``. It keeps the
@@ -18,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 LOSSES = ("composite", "flat")
+LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
 
 def pad_batch(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int):
@@ -53,15 +57,24 @@ def response_logprobs(model, prompts: Sequence[Sequence[int]], responses: Sequen
 
 
 def composite_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, n_tokens: int | None = None,
-                   clip_low: float = 0.2, clip_high: float = 0.28) -> tuple[torch.Tensor, dict]:
-    """Clipped surrogate, token-mean over ``n_tokens`` (default: the mask's count; pass the whole mini-batch's
-    count when it is split into micro-batches). Returns the loss and the clip fraction."""
+                   clip_low: float = 0.2, clip_high: float = 0.28, agg: str = "token-mean",
+                   n_sequences: int | None = None) -> tuple[torch.Tensor, dict]:
+    """Clipped surrogate aggregated by ``agg`` (:data:`LOSS_AGGS`). ``n_tokens`` / ``n_sequences``: the whole
+    mini-batch's token / sequence count when it is split into micro-batches (default: this batch's). Returns the
+    loss and the clip fraction."""
+    if agg not in LOSS_AGGS:
+        raise ValueError(f"loss aggregation must be one of {', '.join(LOSS_AGGS)}, got {agg!r}")
     m = mask.float()
     ratio = torch.exp(logp - old_logp)
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    surrogate = torch.minimum(ratio * adv, clipped * adv)
-    denom = n_tokens if n_tokens is not None else max(1, int(mask.sum()))
-    loss = -(surrogate * m).sum() / denom
+    surrogate = torch.minimum(ratio * adv, clipped * adv) * m  # (B, R)
+    if agg == "token-mean":
+        loss = -surrogate.sum() / (n_tokens if n_tokens is not None else max(1, int(mask.sum())))
+    else:
+        per_seq = surrogate.sum(-1)  # (B,)
+        if agg == "seq-mean-token-mean":
+            per_seq = per_seq / m.sum(-1).clamp(min=1.0)
+        loss = -per_seq.sum() / (n_sequences if n_sequences is not None else logp.shape[0])
     clip_frac = (((ratio - clipped).abs() > 0).float() * m).sum().item() / max(1.0, m.sum().item())
     return loss, {"clip_frac": clip_frac}
 

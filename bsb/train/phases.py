@@ -188,7 +188,7 @@ def _backward(policy, rows: list[Row], todo: list[int], cfg: TrainConfig, pad: i
             adv[j, :n] = rows[i].advantage
             old_lp[j, :n] = old[i] if i in old else logp[j, :n].detach()  # one mini-batch: the rollout policy is this one
         if cfg.loss == "composite":
-            loss, info = composite_loss(logp, old_lp, adv, mask, n_tokens, cfg.clip_low, cfg.clip_high)
+            loss, info = composite_loss(logp, old_lp, adv, mask, n_tokens, cfg.clip_low, cfg.clip_high, cfg.loss_agg, n_seqs)
         else:
             loss, info = flat_loss(logp, adv, mask, n_sequences=n_seqs)
         loss.backward()

@@ -77,3 +77,31 @@ def test_zero_gradient_step_is_bitwise_equal_to_a_zero_weighted_backward():
     assert all(torch.equal(x, y) for a, b in zip(s_backward, s_zero) for x, y in zip(a, b))
     p_skip, _ = _trajectory("skip_step")  # skipping the step drops the moment decay and weight decay: it differs
     assert not all(torch.equal(a, b) for a, b in zip(p_backward, p_skip))
+
+
+def test_loss_aggregation_modes_against_hand_computed_values():
+    """Two sequences of 1 and 3 tokens, ratio 1 (no clipping): surrogate = advantage per token."""
+    adv = torch.tensor([[2.0, 0.0, 0.0], [1.0, 1.0, 4.0]])
+    mask = torch.tensor([[True, False, False], [True, True, True]])
+    logp = torch.zeros(2, 3)
+    token_mean, _ = composite_loss(logp, logp, adv, mask)
+    seq_mean, _ = composite_loss(logp, logp, adv, mask, agg="seq-mean-token-mean")
+    seq_sum, _ = composite_loss(logp, logp, adv, mask, agg="seq-mean-token-sum")
+    assert token_mean.item() == pytest.approx(-(2 + 1 + 1 + 4) / 4)  # every token weighs the same
+    assert seq_mean.item() == pytest.approx(-(2 / 1 + 6 / 3) / 2)  # every sequence weighs the same
+    assert seq_sum.item() == pytest.approx(-(2 + 6) / 2)
+    # a micro-batch of a 4-sequence mini-batch divides by the mini-batch's sequence count
+    part, _ = composite_loss(logp, logp, adv, mask, agg="seq-mean-token-mean", n_sequences=4)
+    assert part.item() == pytest.approx(-(2 + 2) / 4)
+    with pytest.raises(ValueError, match="loss aggregation"):
+        composite_loss(logp, logp, adv, mask, agg="sum")
+
+
+def test_symmetric_and_asymmetric_clipping():
+    """A ratio of 1.25 with a positive advantage: clip-higher (0.28) keeps it, symmetric 0.2 clips it to 1.2."""
+    logp = torch.log(torch.tensor([[1.25]]))
+    old, adv, mask = torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1, dtype=torch.bool)
+    asym, info_a = composite_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.28)
+    sym, info_s = composite_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.2)
+    assert asym.item() == pytest.approx(-1.25) and info_a["clip_frac"] == 0.0
+    assert sym.item() == pytest.approx(-1.2) and info_s["clip_frac"] == 1.0
