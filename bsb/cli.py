@@ -11,7 +11,7 @@ def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from bsb.demo import DemoConfig, run_demo
 
     cfg = DemoConfig(model=args.model, problems=args.problems, task=args.task, task_options=_task_options(args.task_option, parser),
-                     prompt_format=args.prompt_format,
+                     prompt_format=args.prompt_format, device=args.device, dtype=args.dtype,
                      n_problems=args.chains, max_response=args.max_response, n_mc=args.n_mc, seed=args.seed, out=args.out, quick=args.quick)
     if args.quick:
         cfg.n_problems, cfg.n_mc, cfg.max_response = min(cfg.n_problems, 2), min(cfg.n_mc, 2), min(cfg.max_response, 64)
@@ -43,6 +43,7 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         cfg = ValidateConfig(model=args.model, problems=args.problems, n_problems=args.n_problems, m=args.m, n_mc=args.n_mc, b=b,
                              temperature=args.temperature, max_response=args.max_response, seed=args.seed, out_dir=args.out,
                              backend=args.backend, bsv_path=args.bsv, read_len=args.read_len, task=args.task, prompt_format=args.prompt_format,
+                             device=args.device, dtype=args.dtype,
                              task_options=_task_options(args.task_option, parser), **({"selectors": tuple(args.selectors)} if args.selectors else {}))
     except ValueError as err:
         parser.error(str(err))
@@ -62,7 +63,7 @@ def _evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--k and --n-problems must be >= 1")
     cfg = EvaluateConfig(model=args.model, problems=args.problems, n_problems=args.n_problems, k=args.k, temperature=args.temperature,
                          max_response=args.max_response, seed=args.seed, out_dir=args.out, budget=args.budget, task=args.task,
-                         prompt_format=args.prompt_format,
+                         prompt_format=args.prompt_format, device=args.device, dtype=args.dtype,
                          task_options=_task_options(args.task_option, parser))
     run_evaluate(cfg)
     return 0
@@ -178,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--budget", default="exact", choices=("exact", "eff_cap"),
                     help="branch continuations' cap: exact, or seed 001's batched per-row eff_cap")
     for p in (demo, val, ev):
+        p.add_argument("--device", default="auto", help="auto (CUDA when present) | cpu | cuda | cuda:N")
+        p.add_argument("--dtype", default="auto", help="auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32")
         p.add_argument("--prompt-format", default="plain", choices=("plain", "chat"), help="plain text, or the tokenizer's chat template")
         p.add_argument("--task", default=None, help="arith | math | package.module:Class (default: math with a problem file, else arith)")
         p.add_argument("--task-option", nargs="*", default=[], metavar="NAME=VALUE", help="task options, e.g. --task-option ops=[2,3] gate_chars=30")

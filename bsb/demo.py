@@ -12,8 +12,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from bsb.engine.selectors import SELECTORS, ChainInput, SelectorConfig, make_selector
 
 
@@ -24,6 +22,8 @@ class DemoConfig:
     task: str | None = None  # arith | math | package.module:Class (default: math with a problem file, else arith)
     task_options: dict | None = None
     prompt_format: str = "plain"  # plain | chat (the tokenizer's chat template)
+    device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32
     n_problems: int = 4  # chains sampled (one per problem)
     max_response: int = 160  # response token cap
     temperature: float = 0.7  # chain and completion sampling temperature
@@ -43,6 +43,7 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     from bsb import kernels
     from bsb.engine.boundaries import newline_token_mask
     from bsb.engine.hf_backend import HFBackend
+    from bsb.engine.hf_model import load_for_inference
     from bsb.eval.figures import case_plot
     from bsb.eval.value_curve import answer_belief, mc_values
     from bsb.tasks.prompting import render_prompt
@@ -57,7 +58,7 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     else:
         path = resolve_model(cfg.model)
     tok = transformers.AutoTokenizer.from_pretrained(path)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = load_for_inference(path, cfg.device, cfg.dtype)
     backend = HFBackend(model, tok)
     eos = tok.eos_token_id
     newline = newline_token_mask(tok, backend.vocab_size)

@@ -18,6 +18,7 @@ import torch
 
 from bsb import kernels
 from bsb.engine.backend import Capabilities, TokenStats, check_generation_args
+from bsb.engine.device import autocast
 from bsb.engine.hf_model import check_supported, lens_parts
 from bsb.engine.packed import Reads, naive_reads, packed_reads
 
@@ -25,10 +26,13 @@ from bsb.engine.packed import Reads, naive_reads, packed_reads
 class HFBackend:
     capabilities = Capabilities(generate=True, belief_logits=True, token_stats=True, token_entropy=True, white_box=True)
 
-    def __init__(self, model, tokenizer=None, chunk_positions: int = 256, max_pack_tokens: int | None = None):
+    def __init__(self, model, tokenizer=None, chunk_positions: int = 256, max_pack_tokens: int | None = None,
+                 compute_dtype: torch.dtype | None = None):
         """``chunk_positions``: positions per LM-head chunk in :meth:`token_stats`; ``max_pack_tokens``: cap on
-        one packed sequence (None: each chain's reads in one pass)."""
+        one packed sequence (None: each chain's reads in one pass); ``compute_dtype``: run every forward under
+        autocast in this dtype (bf16 reads from fp32 master weights; None: the weights' own dtype)."""
         self.model = model.eval()
+        self.compute_dtype = compute_dtype
         self.tokenizer = tokenizer
         self.chunk_positions = chunk_positions
         self.max_pack_tokens = max_pack_tokens
@@ -39,6 +43,11 @@ class HFBackend:
             self.packed = False  # unknown family: the per-candidate re-forward (no hidden states)
             warnings.warn(f"{why}; HFBackend reads through the naive per-candidate re-forward", RuntimeWarning, stacklevel=2)
 
+    def _autocast(self):
+        if self.compute_dtype is None:
+            return contextlib.nullcontext()
+        return autocast(self.device, self.compute_dtype)
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
@@ -48,9 +57,10 @@ class HFBackend:
         return self.model.get_output_embeddings().weight.shape[0]
 
     def reads(self, prefix, cuts, suffix, answer=None, with_hidden=False) -> Reads:
-        if self.packed:
-            return packed_reads(self.model, prefix, cuts, suffix, answer, with_hidden, self.max_pack_tokens)
-        return naive_reads(self.model, prefix, cuts, suffix, answer, with_hidden)
+        with self._autocast():
+            if self.packed:
+                return packed_reads(self.model, prefix, cuts, suffix, answer, with_hidden, self.max_pack_tokens)
+            return naive_reads(self.model, prefix, cuts, suffix, answer, with_hidden)
 
     def probe_logits(self, asks, suffix, read_len: int = 1, seeds=None) -> list[tuple[torch.Tensor, int]]:
         """Probe-JS reads of several chains ``[(prefix, cuts), ...]``: per chain the read logits (C, L, V) on the
@@ -89,7 +99,7 @@ class HFBackend:
             raise ValueError(f"read_len must be >= 1, got {read_len}")
         prompts = [prefix[:t] + suffix for t in cuts]
         ids, mask, pad = self._left_pad(prompts)
-        with self._seeded(seed):
+        with self._seeded(seed), self._autocast():
             out = self.model.generate(
                 input_ids=ids, attention_mask=mask, max_new_tokens=read_len, min_new_tokens=read_len, do_sample=True,
                 temperature=1.0, top_p=1.0, top_k=0, pad_token_id=pad, output_logits=True, return_dict_in_generate=True,
@@ -123,14 +133,16 @@ class HFBackend:
         if prompt.numel() == 0 or response.numel() == 0:
             raise ValueError("token_stats needs a non-empty prompt and response")
         ids = torch.cat([prompt, response]).to(self.device)[None]
-        hidden = self.model.model(ids).last_hidden_state[0]  # (S, d), final norm applied
+        with self._autocast():
+            hidden = self.model.model(ids).last_hidden_state[0]  # (S, d), final norm applied
         head = self.model.get_output_embeddings()
         start = prompt.numel() - 1  # the position predicting response token 0
         out = {"s": [], "h": [], "m": []}
         n = response.numel()
         for c in range(0, n, self.chunk_positions):
             rows = hidden[start + c : start + min(c + self.chunk_positions, n)]  # (≤chunk, d)
-            logits = head(rows).float()
+            with self._autocast():
+                logits = head(rows).float()
             tokens = response[c : c + rows.shape[0]].to(self.device)
             s, h = kernels.surprisal_entropy(logits, tokens)
             out["s"].append(s)
@@ -148,7 +160,7 @@ class HFBackend:
         ids, mask, pad = self._left_pad(prompts)
         width = ids.shape[1]
         sample = temperature > 0
-        with self._seeded(seed):
+        with self._seeded(seed), self._autocast():
             out = self.model.generate(
                 input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                 do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None,

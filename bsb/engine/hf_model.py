@@ -69,3 +69,16 @@ class ResidualCapture:
 
     def stacked(self) -> torch.Tensor:
         return torch.stack(self.captured)  # (layers, P, d)
+
+
+def load_for_inference(path, device: str = "auto", dtype: str = "auto"):
+    """A checkpoint for the inference-only commands (validate, evaluate, demo): on ``device``, weights in the
+    compute dtype (bf16 on a GPU, fp32 on the CPU by default), eval mode. Bad device or dtype strings, or CUDA where
+    there is none, fail before the weights load."""
+    import transformers
+
+    from bsb.engine.device import resolve_device, resolve_dtype
+
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dt).to(dev).eval()

@@ -95,28 +95,29 @@ def _packed_group(model, prefix, cuts, suffix, answer, with_hidden) -> Reads:
     seg = suffix if answer is None else torch.cat([suffix, answer])
     ids = torch.cat([prefix, seg.repeat(c)]).to(device)  # (Q,)
 
-    cut = torch.tensor(cuts)
-    offs = torch.arange(w)
-    pos = torch.cat([torch.arange(s), (cut[:, None] + offs[None, :]).reshape(-1)])  # (Q,)
+    # Built on the model's device, without a Python loop over the Q×Q mask (no host work per call beyond the cuts).
+    cut = torch.tensor(cuts, device=device)  # (C,)
+    offs = torch.arange(w, device=device)
+    pos = torch.cat([torch.arange(s, device=device), (cut[:, None] + offs[None, :]).reshape(-1)])  # (Q,)
     # allowed[q, k]: the prefix is causal; segment j sees prefix[:cut_j] and its own earlier tokens.
-    allowed = torch.zeros(q, q, dtype=torch.bool)
-    allowed[:s, :s] = torch.ones(s, s, dtype=torch.bool).tril()
-    for j, t in enumerate(cuts):
-        rows = slice(s + j * w, s + (j + 1) * w)
-        allowed[rows, :t] = True
-        allowed[rows, rows] = torch.ones(w, w, dtype=torch.bool).tril()
-    mask = torch.zeros(q, q, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]  # (1, 1, Q, Q)
+    qi = torch.arange(q, device=device)
+    seg = torch.where(qi < s, -1, (qi - s) // w)  # (Q,) segment of each position (-1: the prefix)
+    causal = qi[:, None] >= qi[None, :]
+    same_seg = (seg[:, None] == seg[None, :]) & causal  # the prefix causally, a segment within itself
+    sees_prefix = (seg[:, None] >= 0) & (qi[None, :] < s) & (qi[None, :] < cut[seg.clamp(min=0)][:, None])
+    allowed = same_seg | sees_prefix  # (Q, Q)
+    mask = torch.zeros(q, q, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]  # (1, 1, Q, Q)
 
-    read = s + torch.arange(c) * w + e - 1  # (C,) last suffix token of each segment
-    ans_pos = (read[:, None] + torch.arange(n)[None, :]).reshape(-1)  # (C·n,) positions predicting a_1..a_n
+    read = s + torch.arange(c, device=device) * w + e - 1  # (C,) last suffix token of each segment
+    ans_pos = (read[:, None] + torch.arange(n, device=device)[None, :]).reshape(-1)  # (C·n,) positions predicting a_1..a_n
     keep = torch.cat([read, ans_pos]) if n else read
     with torch.no_grad():
         if with_hidden:
-            with ResidualCapture(lens_parts(model).layers, ans_pos.to(device)) as cap:
-                out = model(ids[None], attention_mask=mask.to(device), position_ids=pos[None].to(device), logits_to_keep=keep.to(device))
+            with ResidualCapture(lens_parts(model).layers, ans_pos) as cap:
+                out = model(ids[None], attention_mask=mask, position_ids=pos[None], logits_to_keep=keep)
             hidden = cap.stacked().reshape(-1, c, n, cap.stacked().shape[-1])  # (layers, C, n, d)
         else:
-            out = model(ids[None], attention_mask=mask.to(device), position_ids=pos[None].to(device), logits_to_keep=keep.to(device))
+            out = model(ids[None], attention_mask=mask, position_ids=pos[None], logits_to_keep=keep)
             hidden = None
     logits = out.logits[0]  # (len(keep), V)
     return Reads(

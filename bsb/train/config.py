@@ -13,6 +13,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bsb.engine.device import check_device_name, check_dtype_name
 from bsb.engine.selectors import SELECTORS
 from bsb.tasks.prompting import PROMPT_FORMATS
 from bsb.train.advantages import ADVANTAGES
@@ -106,6 +107,12 @@ class TrainConfig:
     grad_clip: float = _f(1.0, "gradient norm clip")
     # --- run
     backend: str = _f("auto", "rollout engine: auto (vLLM when installed) | vllm | hf")
+    device: str = _f("auto", "auto (CUDA when present, else CPU) | cpu | cuda | cuda:N")
+    dtype: str = _f("auto", "compute dtype: auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32; training keeps fp32 "
+                            "master weights and AdamW state and runs forwards under autocast")
+    vllm_gpu_memory_utilization: float = _f(0.5, "GPU memory share of the colocated vLLM engine (the paper: 0.5 with a scorer); the "
+                                                 "rest is the trainer's")
+    vllm_sleep: bool = _f(True, "put the vLLM engine to sleep (weights offloaded, KV cache freed) during the update, on CUDA")
     seed: int = _f(0, "the run's seed; every sampling stream derives from (seed, step, round, phase)")
     out_dir: str = _f("runs/bsb", "metrics.jsonl, config.yaml, checkpoints and the final model go here")
     val_every: int = _f(10, "validate every N steps (and at the start and the end); 0: only start and end")
@@ -126,6 +133,7 @@ class TrainConfig:
             (self.loss_agg in LOSS_AGGS, f"loss_agg must be one of {', '.join(LOSS_AGGS)}, got {self.loss_agg!r}"),
             (self.homogeneous in HOMOGENEOUS, f"homogeneous must be one of {', '.join(HOMOGENEOUS)}, got {self.homogeneous!r}"),
             (self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}"),
+            (0 < self.vllm_gpu_memory_utilization < 1, f"vllm_gpu_memory_utilization must be in (0, 1), got {self.vllm_gpu_memory_utilization}"),
             (self.prompt_format in PROMPT_FORMATS, f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}"),
             (self.keep_by in KEEP_BY, f"keep_by must be one of {', '.join(KEEP_BY)}, got {self.keep_by!r}"),
             (self.lens_readout in LENS_READOUTS, f"lens_readout must be one of {', '.join(LENS_READOUTS)}, got {self.lens_readout!r}"),
@@ -155,6 +163,11 @@ class TrainConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(f"invalid config: {message}")
+        try:
+            check_device_name(self.device)
+            check_dtype_name(self.dtype)
+        except ValueError as err:
+            raise ValueError(f"invalid config: {err}") from None
         # A probe reads the suffix and one token after a prefix; the response budget must leave room for a fork.
         if self.max_response_len < 3:
             raise ValueError(f"invalid config: max_response_len {self.max_response_len} is smaller than a probe (a prefix, a 2-token tail)")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from bsb.engine.device import autocast
 from bsb.engine.selectors import Selector
 from bsb.tasks.task import Problem, Task
 from bsb.train.advantages import advantages
@@ -161,15 +162,18 @@ def unit_normalized_mean(grads: Sequence[Sequence[torch.Tensor]], window: int) -
     return [acc / window for acc in out]
 
 
-def update_policy(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: int, seed: int) -> dict:
-    """The optimizer steps over ``rows``; the policy is in train mode throughout and in eval mode afterwards."""
+def update_policy(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: int, seed: int,
+                  compute_dtype: torch.dtype = torch.float32) -> dict:
+    """The optimizer steps over ``rows``; the policy is in train mode throughout and in eval mode afterwards.
+    Forwards run under autocast in ``compute_dtype`` (fp32 master weights and optimizer state)."""
     if not rows:
         return {"loss": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "optimizer": "no rows", "lr": sched.get_last_lr()[0]}
     policy.train()
     try:
-        if cfg.unit_question_grad:
-            return _unit_question_update(policy, opt, sched, rows, cfg, pad)
-        return _minibatch_update(policy, opt, sched, rows, cfg, pad, seed)
+        with autocast(next(policy.parameters()).device, compute_dtype):
+            if cfg.unit_question_grad:
+                return _unit_question_update(policy, opt, sched, rows, cfg, pad)
+            return _minibatch_update(policy, opt, sched, rows, cfg, pad, seed)
     finally:
         policy.eval()
 

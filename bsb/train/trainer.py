@@ -35,6 +35,7 @@ import torch
 
 from bsb.engine.backend import capabilities
 from bsb.engine.boundaries import newline_token_mask
+from bsb.engine.device import check_colocation, resolve_device, resolve_dtype
 from bsb.engine.selectors import SelectorConfig, make_selector
 from bsb.tasks.prompting import render_prompt
 from bsb.tasks.registry import make_task
@@ -59,23 +60,29 @@ class Trainer:
         self.task = make_task(cfg.task, cfg.task_options)
         self.val_problems = self.task.held_out(cfg.val_problems)
         self.held_out = {p.prompt for p in self.val_problems}
+        self.device = resolve_device(cfg.device)  # CUDA asked for where there is none: an error before any model loads
+        self.dtype = resolve_dtype(cfg.dtype, self.device)
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.ckpt = self.out / "checkpoint"
         resuming = resume and (self.ckpt / "state.json").exists()
         self.model_path = resolve_model(cfg.model)
+        if self.device.type == "cuda" and cfg.backend != "hf":
+            check_colocation(self.model_path, self.device, cfg.vllm_gpu_memory_utilization)
         load_from = self.ckpt / "model" if resuming else self.model_path
         self.tok = transformers.AutoTokenizer.from_pretrained(self.model_path)
         self._render(self.val_problems[0])  # a prompt format the tokenizer cannot render fails before the model loads
         torch.manual_seed(cfg.seed)
-        self.policy = transformers.AutoModelForCausalLM.from_pretrained(load_from, dtype=torch.float32)
-        self.hf = HFBackend(self.policy, self.tok)  # reads and generation in eval mode; updates switch to train mode
+        # fp32 master weights on the device; forwards run under autocast in self.dtype (bsb.engine.device)
+        self.policy = transformers.AutoModelForCausalLM.from_pretrained(load_from, dtype=torch.float32).to(self.device)
+        compute = None if self.dtype == torch.float32 else self.dtype
+        self.hf = HFBackend(self.policy, self.tok, compute_dtype=compute)  # reads, generation: eval mode; updates: train mode
         self.eos = self.tok.eos_token_id
         if self.eos is None:
             raise ValueError(f"tokenizer of {self.model_path} has no EOS token; rollouts could never end")
         self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.eos
         self.newline = newline_token_mask(self.tok, self.hf.vocab_size)
-        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=self.device.type == "cuda")
         warm = max(1, cfg.warmup_steps)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
         self.reward_cfg = RewardConfig(cfg.max_response_len, cfg.overlong_buffer, cfg.overlong_factor)
@@ -111,7 +118,8 @@ class Trainer:
             raise ValueError(f"max_prompt_len + max_response_len = {cfg.max_prompt_len + cfg.max_response_len} exceeds the model's "
                              f"{limit} positions")
         # + room for a probe: the elicitation suffix and its read
-        return make_backend(cfg.backend, path, self.hf, cfg.max_prompt_len + cfg.max_response_len + 64, cfg.seed, cfg.vllm_kv_cache_gib)
+        return make_backend(cfg.backend, path, self.hf, cfg.max_prompt_len + cfg.max_response_len + 64, cfg.seed, cfg.vllm_kv_cache_gib,
+                            self.dtype, cfg.vllm_gpu_memory_utilization, cfg.vllm_sleep)
 
     def _render(self, problem: Problem) -> str:
         return render_prompt(self.task, problem, self.tok, self.cfg.prompt_format, self.cfg.prompt_template)
@@ -154,11 +162,15 @@ class Trainer:
 
         t1 = time.perf_counter()
         rows = phases.advantage_rows(kept, cfg, self.newline)
-        update = phases.update_policy(self.policy, self.opt, self.sched, rows, cfg, self.pad, stream(cfg.seed, step, 0, "shuffle"))
+        if self.syncs:
+            self.backend.sleep()  # a GPU engine frees its memory for the update (no-op on the CPU)
+        update = phases.update_policy(self.policy, self.opt, self.sched, rows, cfg, self.pad, stream(cfg.seed, step, 0, "shuffle"),
+                                      self.dtype)
         self.active_steps += any(r.active for r in rows)
         t_update = time.perf_counter() - t1
         t2 = time.perf_counter()
         if self.syncs:
+            self.backend.wake_up()
             self.backend.load_weights(self.policy.state_dict())
         t_sync = time.perf_counter() - t2
         self.step += 1
@@ -233,7 +245,7 @@ class Trainer:
     def _load(self) -> None:
         state = json.loads((self.ckpt / "state.json").read_text())
         self.step, self.active_steps = state["step"], state.get("active_steps", 0)
-        blob = torch.load(self.ckpt / "trainer.pt", weights_only=True)
+        blob = torch.load(self.ckpt / "trainer.pt", weights_only=True, map_location="cpu")  # the optimizer moves its state to the params
         self.opt.load_state_dict(blob["optimizer"])
         self.sched.load_state_dict(blob["scheduler"])
         torch.set_rng_state(blob["torch_rng"])

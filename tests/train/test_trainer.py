@@ -81,7 +81,9 @@ def test_resume_continues_exactly(model_dir, tmp_path):
                                 dict(rollout="two_stage", advantage="prefix_credit", prefix_beta=0.25, two_stage_t_min=8,
                                      two_stage_t_max=16, early_eos="root_resample"),
                                 dict(selector="lens_shift", subsegments=True, minibatches=2, micro_batch=3),
-                                dict(selector="entropy", homogeneous="skip_step", task_options=dict(ops=[1], max_operand=3, gate_chars=5)),
+                                dict(selector="entropy", homogeneous="skip_step", task_options=dict(ops=[1], max_operand=3, gate_chars=5),
+                                     loss_agg="seq-mean-token-mean", clip_high=0.2),
+                                dict(device="cpu", dtype="bfloat16", selector="lens_shift"),
                                 dict(rollout="two_stage", advantage="prefix_credit", clamped_prefix=True, zero_cont_token_mass=True,
                                      two_stage_t_min=8, two_stage_t_max=16, unit_question_grad=True, grad_accum_questions=2)])
 def test_variants_run(model_dir, tmp_path, kw):
@@ -251,3 +253,47 @@ def test_bad_task_options_and_files_fail_before_any_model_loads(tmp_path):
         Trainer(TrainConfig(model=str(tmp_path / "no-model"), task="math", task_options={"train_file": str(bad)}, out_dir=str(tmp_path / "o")))
     with pytest.raises(ValueError, match="set task option val_file"):
         Trainer(TrainConfig(model=str(tmp_path / "no-model"), task="math", out_dir=str(tmp_path / "o")))
+
+
+def test_bf16_on_the_cpu_keeps_fp32_master_weights_and_reads_in_bf16(model_dir, tmp_path):
+    tr = Trainer(config(model_dir, tmp_path, device="cpu", dtype="bfloat16", steps=1, val_every=0, dynamic_sampling=False))
+    assert tr.dtype == torch.bfloat16 and next(tr.policy.parameters()).dtype == torch.float32
+    seen = []
+    hook = tr.policy.lm_head.register_forward_hook(lambda mod, args, out: seen.append(out.dtype))
+    try:
+        m = tr.train_step()
+    finally:
+        hook.remove()
+    assert torch.bfloat16 in seen  # generation, reads and the update ran under bf16 autocast
+    assert m["tokens_trained"] > 0 and all(p.dtype == torch.float32 for p in tr.policy.parameters())
+    assert all(s["exp_avg"].dtype == torch.float32 for s in tr.opt.state.values())
+
+
+@pytest.mark.parametrize("kw,match", [(dict(device="tpu"), "device must be auto, cpu, cuda or cuda:N"),
+                                      (dict(dtype="float8"), "dtype must be one of"),
+                                      (dict(vllm_gpu_memory_utilization=1.0), "vllm_gpu_memory_utilization must be in")])
+def test_bad_device_dtype_and_memory_share(tmp_path, kw, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(out_dir=str(tmp_path), **kw)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_where_there_is_none_fails_before_any_model_loads(tmp_path):
+    with pytest.raises(ValueError, match="has no CUDA device"):
+        Trainer(TrainConfig(model=str(tmp_path / "no-model"), device="cuda", out_dir=str(tmp_path / "o")))
+
+
+def test_colocation_check_names_the_missing_room(tmp_path, monkeypatch):
+    from bsb.engine import device as D
+
+    (tmp_path / "config.json").write_text('{"torch_dtype": "bfloat16"}')
+    (tmp_path / "model.safetensors").write_bytes(b"0" * (2 * 1000))  # 1,000 bf16 parameters
+    assert D.checkpoint_params(tmp_path) == 1000
+
+    class Props:
+        total_memory = 100_000
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: Props())
+    D.check_colocation(tmp_path, torch.device("cuda"), 0.5)  # 16 kB needed, 50 kB left
+    with pytest.raises(ValueError, match="leaves the trainer .* lower vllm_gpu_memory_utilization"):
+        D.check_colocation(tmp_path, torch.device("cuda"), 0.9)  # 10 kB left

