@@ -39,6 +39,10 @@ def providers() -> list[str]:
 
 
 def op_fn(provider: str, op: str):
+    if op == "train_logprobs":  # forward + backward of the training log-probs (bench/train_ops.py)
+        import train_ops
+
+        return train_ops.fwd_bwd(provider)
     return getattr(importlib.import_module(PROVIDER_MODULES[provider][op]), op)
 
 

@@ -30,6 +30,11 @@ def make(op: str, shape: dict, device: str) -> tuple:
         unembed = (torch.randn(v, d, generator=g) / d**0.5).to(dtype).to(device)
         targets = torch.randint(0, v, (p,), generator=g).to(device)
         return hidden, w, unembed, targets
+    if op == "train_logprobs":
+        n, d, v = shape["N"], shape["d"], shape["V"]
+        hidden = (torch.randn(n, d, generator=g)).to(dtype).to(device).requires_grad_()
+        weight = (torch.randn(v, d, generator=g) / d**0.5).to(dtype).to(device).requires_grad_()
+        return hidden, weight, torch.randint(0, v, (n,), generator=g).to(device)
     raise ValueError(f"unknown op {op!r}")
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "lens_readouts",
     "surprisal_entropy",
     "logit_margin",
+    "linear_token_logprobs",
 ]
 
 _NEG_INF = float("-inf")
@@ -285,3 +286,16 @@ def logit_margin(logits: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"logits needs a vocabulary of at least 2 for a margin, got V={logits.shape[-1]}")
     top2 = logits.float().topk(2, dim=-1).values  # (..., 2)
     return top2[..., 0] - top2[..., 1]
+
+
+def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log softmax(hidden @ weight.T) at ``targets``: the sampled tokens' training log-probs, from the full (N, V)
+    logits in float32 (the specification of :mod:`bsb.kernels.linear_logprob`, which never holds them).
+
+    Args:
+        hidden: (N, d) float; weight: (V, d) float; targets: (N,) int token ids.
+    Returns:
+        (N,) float32, differentiable.
+    """
+    logits = hidden.float() @ weight.float().T  # (N, V)
+    return torch.log_softmax(logits, -1).gather(-1, targets.long()[:, None])[:, 0]

@@ -20,6 +20,9 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from bsb.engine.hf_model import SUPPORTED_FAMILIES, model_family
+from bsb.kernels.linear_logprob import linear_token_logprobs
+
 LOSSES = ("composite", "flat")
 LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
@@ -42,7 +45,31 @@ def pad_batch(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int
 
 
 def response_logprobs(model, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """log π(y_t | x, y_<t) of every response token: ``(logp (B, R), mask (B, R))``, differentiable."""
+    """log π(y_t | x, y_<t) of every response token: ``(logp (B, R), mask (B, R))``, differentiable.
+
+    On a model family whose LM head is a plain unembedding (:data:`bsb.engine.hf_model.SUPPORTED_FAMILIES`, no bias),
+    only the response positions' final hidden states go through a chunked linear + logsumexp
+    (:func:`bsb.kernels.linear_logprob.linear_token_logprobs`), so no (B, W, V) logits are ever held; other models
+    take the full-logits path (:func:`response_logprobs_full`)."""
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token (the first response token is predicted from it)")
+    head = model.get_output_embeddings()
+    if model_family(model) not in SUPPORTED_FAMILIES or getattr(head, "bias", None) is not None:
+        return response_logprobs_full(model, prompts, responses, pad_id)
+    ids, attn, mask = pad_batch(prompts, responses, pad_id)
+    device = next(model.parameters()).device
+    hidden = model.model(input_ids=ids.to(device), attention_mask=attn.to(device)).last_hidden_state  # (B, W, d), final norm applied
+    rows = torch.cat([torch.full((len(r),), i) for i, r in enumerate(responses)])  # (N,)
+    within = torch.cat([torch.arange(len(r)) for r in responses])  # (N,) response position
+    starts = torch.tensor([len(p) for p in prompts])[rows]
+    lp = linear_token_logprobs(hidden[rows.to(device), (starts - 1 + within).to(device)], head.weight, ids[rows, starts + within].to(device))
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=device)
+    out = out.index_put((rows.to(device), within.to(device)), lp)  # (B, R)
+    return out, mask.to(device)
+
+
+def response_logprobs_full(model, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`response_logprobs` through the model's full (B, W, V) logits (any causal LM; the specification)."""
     if any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token (the first response token is predicted from it)")
     ids, attn, mask = pad_batch(prompts, responses, pad_id)

@@ -3,7 +3,14 @@
 import pytest
 import torch
 
-from bsb.train.loss import composite_loss, flat_loss, pad_batch, response_logprobs, zero_grad_step
+from bsb.train.loss import (
+    composite_loss,
+    flat_loss,
+    pad_batch,
+    response_logprobs,
+    response_logprobs_full,
+    zero_grad_step,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -47,6 +54,23 @@ def test_response_logprobs_match_a_plain_forward():
         torch.testing.assert_close(logp[i, : len(r)], ref, atol=1e-5, rtol=1e-5)
     ids, attn, _ = pad_batch(prompts, responses, 0)
     assert ids.shape == (2, 5) and attn.sum().item() == 9
+
+
+def test_chunked_response_logprobs_equal_the_full_logits_path_in_value_and_gradient():
+    """The trainer's path (hidden states of the response positions through the chunked linear + logsumexp) against
+    the (B, W, V)-logits path: same values, same parameter gradients."""
+    model = tiny_model()
+    prompts, responses = [[2, 3, 4], [5]], [[6, 7], [8, 9, 10]]
+    weights = torch.tensor([[0.5, -1.0, 0.0], [1.0, 2.0, -0.5]])
+    grads = []
+    for fn in (response_logprobs, response_logprobs_full):
+        model.zero_grad(set_to_none=True)
+        logp, mask = fn(model, prompts, responses, 0)
+        (logp * weights * mask).sum().backward()
+        grads.append((logp.detach(), [p.grad.clone() for p in model.parameters()]))
+    torch.testing.assert_close(grads[0][0], grads[1][0], atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads[0][1], grads[1][1]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
 def _trajectory(homogeneous: str):
