@@ -1,9 +1,12 @@
 """Triton logit lens: log P^(l)(target) per layer and position without materialising the logits (Eq. 3).
 
-Grid: (row blocks of BM rows) × (SPLITS slices of the vocabulary). Each program applies the model's final norm
-to its rows in-kernel (RMSNorm or LayerNorm, statistics in fp32), streams its slice of the V×d unembedding in
-BN-wide tiles through ``tl.dot`` (fp32 accumulation), and keeps an online logsumexp (m, s) plus the target's
-logit. Only (rows × SPLITS) partials reach memory; a tiny combine gives ``target − (M + log S)``.
+The final norm is applied once, in fp32, to the (R, d) rows (R = layers × positions); the target's logit is an
+indexed dot, ``xn · U[target]``. The kernel is then a GEMM ``xn @ Uᵀ`` with an online-logsumexp epilogue: each
+program owns a block of BM rows and one of SPLITS slices of the vocabulary, streams its slice in BN-wide tiles
+through ``tl.dot`` (fp32 accumulation; bf16 operands on the tensor cores, fp32 unembeddings through 3xTF32), and keeps
+only ``(m, s)``; a tiny combine gives ``target − (M + log S)``. Programs are ordered in groups of GROUP row blocks
+per vocabulary slice, so consecutive programs read the same slice of U from L2. The grid is sized to the device
+(SPLITS fills about two waves of its SMs), and tiles, warps and stages are autotuned per (R, d, V, dtype).
 
 Same contract as :func:`bsb.kernels.reference.lens_logprobs`.
 """
@@ -16,92 +19,81 @@ import torch
 import triton
 import triton.language as tl
 
+from bsb.kernels import reference as ref
 from bsb.kernels.checks import check_lens_inputs, raise_if_lens_nonfinite
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _configs(dtype: str) -> list[triton.Config]:
+    """Tile configs that compile for sm_90a without spills and within its 228 KB of shared memory (bench/sm90.py):
+    bf16 operands take wider tiles; fp32 (3xTF32: three dots per tile) narrower ones."""
+    if INTERPRET:  # the interpreter executes tiles as numpy arrays: small tiles, one config
+        return [triton.Config({"BM": 16, "BN": 64, "BK": 32, "GROUP": 2}, num_warps=4)]
+    shapes = ((64, 128, 64, 4, 4), (64, 256, 64, 8, 3), (128, 128, 64, 8, 3)) if dtype == "bf16" else \
+        ((64, 64, 32, 4, 3), (64, 128, 32, 8, 3), (128, 64, 32, 8, 3))
+    return [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP": 4}, num_warps=w, num_stages=st) for bm, bn, bk, w, st in shapes]
 
 
 @triton.jit
-def _lens_kernel(
-    x_ptr, w_ptr, b_ptr, u_ptr, tgt_ptr, m_ptr, s_ptr, t_ptr,
-    R, V, D, v_per_split, eps, SPLITS,
-    RMS: tl.constexpr, HAS_BIAS: tl.constexpr, IEEE: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+def _lens_lse_kernel(
+    x_ptr, u_ptr, m_ptr, s_ptr, R, V, D, SPLITS,
+    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    split = tl.program_id(1)
-    rows = pid_m * BM + tl.arange(0, BM)
-    rmask = rows < R
-    ks = tl.arange(0, BK)
-    # Norm statistics over d, in fp32.
-    acc1 = tl.zeros((BM,), tl.float32)
-    for k0 in range(0, D, BK):
-        xk = tl.load(x_ptr + rows[:, None] * D + (k0 + ks)[None, :], mask=rmask[:, None] & ((k0 + ks) < D)[None, :], other=0.0).to(tl.float32)
-        if RMS:
-            acc1 += tl.sum(xk * xk, axis=1)
-        else:
-            acc1 += tl.sum(xk, axis=1)
-    if RMS:
-        mean = tl.zeros((BM,), tl.float32)
-        rstd = 1.0 / tl.sqrt(acc1 / D + eps)
-    else:
-        mean = acc1 / D
-        acc2 = tl.zeros((BM,), tl.float32)
-        for k0 in range(0, D, BK):
-            kmask = (k0 + ks) < D
-            xk = tl.load(x_ptr + rows[:, None] * D + (k0 + ks)[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
-            dev = tl.where(kmask[None, :], xk - mean[:, None], 0.0)
-            acc2 += tl.sum(dev * dev, axis=1)
-        rstd = 1.0 / tl.sqrt(acc2 / D + eps)
-
-    tgt = tl.load(tgt_ptr + rows, mask=rmask, other=-1)
-    m = tl.full((BM,), float("-inf"), tl.float32)
-    s = tl.zeros((BM,), tl.float32)
-    t = tl.zeros((BM,), tl.float32)
+    pid = tl.program_id(0)
+    n_rb = tl.cdiv(R, BM)
+    # Grouped ordering: GROUP row blocks sweep one vocabulary slice before the next slice starts.
+    per_group = GROUP * SPLITS
+    first_rb = (pid // per_group) * GROUP
+    group_rows = tl.minimum(n_rb - first_rb, GROUP)
+    rb = first_rb + (pid % per_group) % group_rows
+    split = (pid % per_group) // group_rows
+    v_per_split = tl.cdiv(tl.cdiv(V, SPLITS), BN) * BN
     v_start = split * v_per_split
     v_end = tl.minimum(v_start + v_per_split, V)
+
+    rows = rb * BM + tl.arange(0, BM)
+    rmask = rows < R
+    ks = tl.arange(0, BK)
     ns = tl.arange(0, BN)
+    m = tl.full((BM,), float("-inf"), tl.float32)
+    s = tl.zeros((BM,), tl.float32)
     for n0 in range(v_start, v_end, BN):
         cols = n0 + ns
         cmask = cols < v_end
         acc = tl.zeros((BM, BN), tl.float32)
         for k0 in range(0, D, BK):
             kmask = (k0 + ks) < D
-            xk = tl.load(x_ptr + rows[:, None] * D + (k0 + ks)[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
-            wk = tl.load(w_ptr + k0 + ks, mask=kmask, other=0.0).to(tl.float32)
-            xn = (xk - mean[:, None]) * rstd[:, None] * wk[None, :]
-            if HAS_BIAS:
-                xn += tl.load(b_ptr + k0 + ks, mask=kmask, other=0.0).to(tl.float32)[None, :]
-            uk = tl.load(u_ptr + cols[None, :] * D + (k0 + ks)[:, None], mask=cmask[None, :] & kmask[:, None], other=0.0)  # (BK, BN)
-            if IEEE:
-                acc += tl.dot(xn, uk.to(tl.float32), input_precision="ieee")
-            else:
-                acc += tl.dot(xn.to(uk.dtype), uk)
+            a = tl.load(x_ptr + rows[:, None].to(tl.int64) * D + (k0 + ks)[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0)
+            b = tl.load(u_ptr + cols[None, :].to(tl.int64) * D + (k0 + ks)[:, None], mask=cmask[None, :] & kmask[:, None], other=0.0)
+            if UPCAST:  # the interpreter computes bf16 dots wrongly: fp32 operands there
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
         z = tl.where(cmask[None, :], acc, float("-inf"))
         m_new = tl.maximum(m, tl.max(z, axis=1))
         s = s * tl.exp(m - m_new) + tl.sum(tl.exp(z - m_new[:, None]), axis=1)
         m = m_new
-        t += tl.sum(tl.where(cols[None, :] == tgt[:, None], acc, 0.0), axis=1)
     out = rows * SPLITS + split
     tl.store(m_ptr + out, m, mask=rmask)
     tl.store(s_ptr + out, s, mask=rmask)
-    tl.store(t_ptr + out, t, mask=rmask)
 
 
-def _fp32_dot(dtype: torch.dtype) -> bool:
-    # Triton 3.8's interpreter computes bf16 tl.dot wrongly (numpy has no bf16; errors ~1e10), so under the
-    # interpreter bf16 operands are upcast. On a GPU, bf16/fp16 go through the tensor cores.
-    return dtype == torch.float32 or (dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1")
+# One autotuned launcher per operand width over the same kernel (the configs differ).
+_LAUNCH = {"bf16": triton.autotune(configs=_configs("bf16"), key=["R", "D", "V", "PRECISION"])(_lens_lse_kernel),
+           "fp32": triton.autotune(configs=_configs("fp32"), key=["R", "D", "V", "PRECISION"])(_lens_lse_kernel)}
 
 
-def _config(rows: int, v: int, device: torch.device) -> tuple[int, int, int, int]:
-    """(BM, BN, BK, SPLITS): enough programs to fill the device; small tiles under the interpreter."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        bm, bn, bk, programs = 16, 64, 32, 4
-    else:
-        bm, bn, bk = 64, 128, 64
-        programs = 2 * torch.cuda.get_device_properties(device).multi_processor_count
-    row_blocks = triton.cdiv(rows, bm)
-    splits = max(1, min(triton.cdiv(v, bn), triton.cdiv(programs, row_blocks)))
-    return bm, bn, bk, splits
+def _splits(rows: int, v: int, device: torch.device) -> int:
+    """Vocabulary slices: about two waves of the device's SMs over the row blocks (4 under the interpreter)."""
+    programs = 4 if INTERPRET else 2 * torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(triton.cdiv(v, 256), triton.cdiv(programs, triton.cdiv(rows, 64))))
+
+
+def _precision(dtype: torch.dtype) -> str:
+    # fp32 unembeddings through 3xTF32 on the tensor cores (fp32-level accuracy); bf16/fp16 natively
+    return "ieee" if INTERPRET else ("tf32x3" if dtype == torch.float32 else "tf32")
 
 
 def lens_logprobs(
@@ -116,21 +108,34 @@ def lens_logprobs(
     check_lens_inputs(hidden, norm_weight, unembed, targets, eps, norm, norm_bias)
     n_layers, p, d = hidden.shape
     v = unembed.shape[0]
-    x = hidden.reshape(-1, d).contiguous()  # (R, d)
+    xn = ref.apply_final_norm(hidden.reshape(-1, d).float(), norm_weight.float(), eps, norm,
+                              None if norm_bias is None else norm_bias.float())  # (R, d) fp32, normalised once
     u = unembed.contiguous()
+    tgt = targets.to(torch.int64).repeat(n_layers).to(xn.device)  # (R,)
+    target_logit = (xn * u[tgt].float()).sum(-1)  # (R,): the indexed dot
+    x = xn.to(u.dtype).contiguous()  # the dot's operand in the unembedding's dtype (bf16 rounding on bf16 models)
     rows = x.shape[0]
-    tgt = targets.to(torch.int64).repeat(n_layers).to(x.device)  # (R,)
-    bm, bn, bk, splits = _config(rows, v, x.device)
-    v_per_split = triton.cdiv(triton.cdiv(v, splits), bn) * bn
-    splits = triton.cdiv(v, v_per_split)
+    splits = _splits(rows, v, x.device)
     m = torch.empty(rows, splits, dtype=torch.float32, device=x.device)
-    s, t = torch.empty_like(m), torch.empty_like(m)
-    bias = norm_bias if norm_bias is not None else norm_weight  # unused when HAS_BIAS is False
-    _lens_kernel[(triton.cdiv(rows, bm), splits)](
-        x, norm_weight, bias, u, tgt, m, s, t, rows, v, d, v_per_split, float(eps), splits,
-        RMS=norm == "rms", HAS_BIAS=norm_bias is not None, IEEE=_fp32_dot(u.dtype), BM=bm, BN=bn, BK=bk,
-    )
+    s = torch.empty_like(m)
+    upcast = INTERPRET and u.dtype != torch.float32
+    _LAUNCH["fp32" if u.dtype == torch.float32 else "bf16"][lambda meta: (triton.cdiv(rows, meta["BM"]) * splits,)](
+        x, u, m, s, rows, v, d, splits, PRECISION=_precision(u.dtype), UPCAST=upcast)
     big_m = m.amax(1)  # (R,)
     lse = big_m + (s * torch.exp(m - big_m[:, None])).sum(1).log()
-    out = (t.sum(1) - lse).reshape(n_layers, p)
+    out = (target_logit - lse).reshape(n_layers, p)
     return raise_if_lens_nonfinite(out, hidden, norm_weight, unembed, norm_bias)
+
+
+def compile_variants() -> list:
+    """The lens kernel at the GPU's shapes for ``bench/sm90.py``: bf16 and fp32 unembeddings, each tile config."""
+    out = []
+    for dt, prec in (("bf16", "tf32"), ("fp32", "tf32x3")):
+        for cfg in _configs(dt):
+            meta = dict(cfg.kwargs)
+            out.append((_lens_lse_kernel, {"x_ptr": f"*{dt}", "u_ptr": f"*{dt}", "m_ptr": "*fp32", "s_ptr": "*fp32", "R": "i32",
+                                           "V": "i32", "D": "i32", "SPLITS": "i32"},
+                        {"PRECISION": prec, "UPCAST": False, **meta}, ["x_ptr", "u_ptr", "m_ptr", "s_ptr", "D"],
+                        {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+                        f"{dt} BM={meta['BM']} BN={meta['BN']} BK={meta['BK']} w={cfg.num_warps} st={cfg.num_stages}"))
+    return out
