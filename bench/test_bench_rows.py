@@ -29,19 +29,28 @@ ROW_SHAPES = [dict(V=QWEN_V, N=64, dtype="fp32")] + ([dict(V=QWEN_V, N=512, dtyp
 def _run(benchmark, op, shape, provider, memory=False):
     args = inputs.make(op, shape, harness.device())
     fn = harness.op_fn(provider, op)
-    rounds = 3 if provider == "reference" else 10
-
-    def call():
-        fn(*args)
-        harness.sync()
-
-    benchmark.pedantic(call, rounds=rounds, warmup_rounds=1)
-    ms = benchmark.stats.stats.median * 1e3
     logits = args[0]
-    read_ms = harness.rowmax_ms(logits)
+    if harness.HAS_CUDA:  # CUDA events over inputs rotated through 4x the L2 size: HBM, not L2, bandwidth
+        sets = harness.rotation(lambda i: inputs.make(op, shape, "cuda", seed=i), logits.numel() * logits.element_size())
+        ms = harness.cuda_ms(fn, sets)
+    else:
+        rounds = 3 if provider == "reference" else 10
+
+        def call():
+            fn(*args)
+            harness.sync()
+
+        benchmark.pedantic(call, rounds=rounds, warmup_rounds=1)
+        ms = benchmark.stats.stats.median * 1e3
     nbytes = logits.numel() * logits.element_size()
-    row = dict(op=op, shape=inputs.label(shape), provider=provider, ms=round(ms, 3), gbps=round(nbytes / ms / 1e6, 1),
-               ceiling=f"read pass {read_ms:.3f} ms, copy {harness.copy_gbps():.0f} GB/s", vs_ceiling=round(read_ms / ms, 3))
+    gbps = nbytes / ms / 1e6  # the logits read once
+    if harness.HAS_CUDA:  # the target: >= 70% of the measured copy bandwidth
+        row = dict(op=op, shape=inputs.label(shape), provider=provider, ms=round(ms, 4), gbps=round(gbps, 1),
+                   ceiling=f"copy {harness.copy_gbps():.0f} GB/s", vs_ceiling=round(gbps / harness.copy_gbps(), 3))
+    else:
+        read_ms = harness.rowmax_ms(logits)
+        row = dict(op=op, shape=inputs.label(shape), provider=provider, ms=round(ms, 3), gbps=round(gbps, 1),
+                   ceiling=f"read pass {read_ms:.3f} ms, copy {harness.copy_gbps():.0f} GB/s", vs_ceiling=round(read_ms / ms, 3))
     if memory:
         row["peak_extra_mb"] = round(harness.peak_extra_bytes(op, provider, shape) / 2**20, 1)
     harness.record(**row)
