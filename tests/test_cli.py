@@ -53,3 +53,25 @@ def test_cost_reproduces_appendix_b_and_reads_a_runs_metrics(tmp_path, capsys):
     assert "10.00%" in out and f"{100 * 400 / (4000 + 12000 + 400):.2f}%" in out and "20.0%" in out
     with pytest.raises(SystemExit):
         main(["cost", "--metrics", str(tmp_path / "none.jsonl")])
+
+
+@pytest.mark.slow
+def test_the_gpu_scripts_run_their_pipeline_on_the_cpu(tmp_path):
+    """bench/gpu_e2e.py --smoke takes every stage at toy sizes (so a device run does not meet a broken script), and
+    bench/gpu_check.sh parses."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert subprocess.run(["bash", "-n", str(root / "bench" / "gpu_check.sh")]).returncode == 0
+    proc = subprocess.run([sys.executable, str(root / "bench" / "gpu_e2e.py"), str(tmp_path), "--smoke"], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "gpu_e2e.json").read_text())
+    stages = {r["stage"] for r in rows}
+    assert stages == {"env", "reads", "train_logprobs", "tree_step"}
+    reads = {(r["chain_tokens"], r["path"]): r["token_forwards"] for r in rows if r["stage"] == "reads"}
+    assert all(reads[(t, "packed")] < reads[(t, "naive")] for t, _ in reads)
+    assert all(r["probe_token_forwards"] > 0 and 0 < r["read_share"] < 1 for r in rows if r["stage"] == "tree_step")
