@@ -67,9 +67,15 @@ def variants():
 
     out = []
     for dt in ("bf16", "fp32"):
-        out.append((tt._topk_lse_kernel, {"x_ptr": f"*{dt}", "lp_ptr": "*fp32", "idx_ptr": "*i64", "max_ptr": "*fp32", "nan_ptr": "*i8",
-                                          "V": "i32", "stride_row": "i32"}, {"K": 20, "KP": 32, "BLOCK": 4096},
-                    ["x_ptr", "lp_ptr", "idx_ptr", "stride_row"], {"num_warps": 4}, f"{dt} K=20 BLOCK=4096"))
+        out.append((tt._split_kernel, {"x_ptr": f"*{dt}", "cand_ptr": "*i64", "cnt_ptr": "*i32", "m_ptr": "*fp32", "s_ptr": "*fp32",
+                                       "nan_ptr": "*i32", "V": "i32", "stride_row": "i32", "split_len": "i32", "SPLITS": "i32"},
+                    {"K": 20, "KP": 32, "CAP": tt.CAP, "BLOCK": 512}, ["x_ptr", "cand_ptr", "stride_row", "split_len"], {"num_warps": 4},
+                    f"{dt} K=20 BLOCK=512"))
+        out.append((tt._merge_kernel, {"x_ptr": f"*{dt}", "cand_ptr": "*i64", "cnt_ptr": "*i32", "m_ptr": "*fp32", "s_ptr": "*fp32",
+                                       "nan_ptr": "*i32", "lp_ptr": "*fp32", "idx_ptr": "*i64", "max_ptr": "*fp32", "rnan_ptr": "*i8",
+                                       "V": "i32", "stride_row": "i32", "SPLITS": "i32"},
+                    {"K": 20, "KP": 32, "CAP": tt.CAP, "SP": 8, "BLOCK": 4096}, ["x_ptr", "cand_ptr", "stride_row"], {"num_warps": 4},
+                    f"{dt} K=20 SPLITS<=8"))
     out.append((tt._floored_js_kernel, {"lp_ptr": "*fp32", "idx_ptr": "*i64", "pair_ptr": "*i8", "out_ptr": "*fp32", "L": "i32"},
                 {"K": 20, "KP": 32}, ["lp_ptr", "idx_ptr"], {"num_warps": 4}, "K=20"))
     out.append((ts._surprisal_entropy_kernel, {"x_ptr": "*bf16", "tok_ptr": "*i64", "sur_ptr": "*fp32", "ent_ptr": "*fp32",

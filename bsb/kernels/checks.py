@@ -119,12 +119,15 @@ def check_topk_pair(logp_a: object, idx_a: object, logp_b: object, idx_b: object
 _CHAIN_ORDER_MESSAGE = "chain_index: the rows of each chain must be contiguous and in chain order (a chain id reappears)"
 
 
-def check_chain_index(chain_index: object, n: int, scan: bool = True) -> torch.Tensor:
-    """(N,) integer chain ids as int64 on the CPU; with ``scan``, also that each chain is one contiguous run."""
+def check_chain_index(chain_index: object, n: int, scan: bool = True, device_ok: bool = False) -> torch.Tensor:
+    """(N,) integer chain ids as int64 on the CPU; with ``scan``, also that each chain is one contiguous run. With
+    ``device_ok`` the type and shape are checked where the ids are (no copy; the caller checks contiguity there)."""
     if not isinstance(chain_index, torch.Tensor) or chain_index.is_floating_point() or chain_index.dtype == torch.bool:
         raise ValueError("chain_index must be an integer tensor with one chain id per row")
     if chain_index.shape != (n,):
         raise ValueError(f"chain_index must have shape ({n},) (one id per logits row), got {tuple(chain_index.shape)}")
+    if device_ok:
+        return chain_index
     ci = chain_index.to("cpu", torch.int64)
     if scan:
         starts = torch.ones(n, dtype=torch.bool)

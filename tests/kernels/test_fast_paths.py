@@ -112,6 +112,28 @@ def test_topk_ties_and_fully_masked_tail(prov):
     torch.testing.assert_close(lp.cpu(), want_lp, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("pattern", ["random", "descending", "ascending", "constant", "mostly_masked", "signed_zeros", "quantised"])
+def test_topk_candidate_and_overflow_paths(prov, pattern):
+    """Rows that keep the threshold compaction within its slots (random) and rows that overflow them into the exact
+    fallback (a sorted row puts whole tiles above the bound; a constant row ties everywhere), at a vocabulary long
+    enough to split across programs."""
+    v, n = (4_096, 2) if prov.small else (32_768, 4)
+    g = torch.Generator().manual_seed(3)
+    x = {"random": lambda: torch.randn(n, v, generator=g) * 3,
+         "descending": lambda: torch.linspace(5, -5, v).repeat(n, 1),
+         "ascending": lambda: torch.linspace(-5, 5, v).repeat(n, 1),
+         "constant": lambda: torch.zeros(n, v),
+         "mostly_masked": lambda: torch.where(torch.rand(n, v, generator=g) < 0.999, float("-inf"), torch.randn(n, v, generator=g)),
+         "signed_zeros": lambda: torch.where(torch.rand(n, v, generator=g) < 0.5, 0.0, -0.0) + 0 * torch.zeros(n, v),
+         "quantised": lambda: (torch.randn(n, v, generator=g) * 2).round()}[pattern]()
+    x[:, 7] = torch.where(torch.isinf(x[:, 7]), torch.tensor(0.0), x[:, 7])  # every row unmasked somewhere
+    x = x.to(prov.device)
+    assert_same_topk(prov.op("topk_logprobs")(x, 20), x, 20)
+    want = ref.probe_js(x.cpu(), torch.zeros(n, dtype=torch.long), 20)
+    got = prov.op("probe_js")(x, torch.zeros(n, dtype=torch.long, device=prov.device), 20)
+    torch.testing.assert_close(got.cpu(), want, atol=2e-5, rtol=1e-4, equal_nan=True)
+
+
 def test_topk_leading_dims(prov):
     x = _logits((2, 3, 300), torch.float32, prov.device)
     lp, idx = prov.op("topk_logprobs")(x, 5)
