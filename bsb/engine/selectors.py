@@ -319,17 +319,24 @@ class ProbeJS(Selector):
         live = [(i, chain, pool) for i, chain, pool in items if len(pool.positions) >= 2]
         asks = [(list(chain.prompt) + list(chain.response), [len(chain.prompt) + t for t in pool.positions]) for _, chain, pool in live]
         seeds = [seed + i for i, _, _ in live]
-        scores, spent = [], []
+        scores, spent, status = [], [], None
         if self.mode == "belief_logits":
-            for logits, n in backend.probe_logits(asks, c.suffix, c.read_len, seeds):  # (C, L, V) each, on its device
-                chain_index = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
-                scores.append(kernels.probe_js(logits, chain_index, min(c.top_k, logits.shape[-1])))
-                spent.append(n)
+            reads = backend.probe_logits(asks, c.suffix, c.read_len, seeds)  # (C, L, V) each, on the backend's device
+            if reads:
+                # every chain in one fused call: rows of a chain contiguous, chain ids on the logits' device
+                logits = torch.cat([lg for lg, _ in reads])
+                chain_index = torch.repeat_interleave(torch.arange(len(reads), device=logits.device),
+                                                      torch.tensor([lg.shape[0] for lg, _ in reads], device=logits.device))
+                js, status = kernels.probe_js_deferred(logits, chain_index, min(c.top_k, logits.shape[-1]))
+                scores = [js if status is None else torch.cat([js, status.to(js.dtype)[None]])]
+                spent = [n for _, n in reads]
         else:
             for logp, idx, n in backend.probe_topk(asks, c.suffix, c.read_len, c.top_k, seeds):  # (C, L, k) each
                 scores.append(kernels.probe_js_topk(logp, idx, torch.zeros(logp.shape[0], dtype=torch.long, device=logp.device)))
                 spent.append(n)
-        flat = torch.cat(scores).tolist() if scores else []  # the one host sync of the call
+        flat = torch.cat(scores).tolist() if scores else []  # the one host sync of the call (scores and error status)
+        if status is not None:
+            kernels.raise_status(int(flat.pop()))
         scored, start = {}, 0
         for (i, _, pool), n in zip(live, spent):
             scored[i] = (flat[start : start + len(pool.positions)], n)

@@ -16,6 +16,8 @@ __all__ = [
     "floored_js",
     "probe_js",
     "probe_js_topk",
+    "probe_js_deferred",
+    "raise_status",
     "lens_logprobs",
     "lens_readouts",
     "surprisal_entropy",
@@ -40,6 +42,25 @@ def floored_js(logp_a, idx_a, logp_b, idx_b):
 
 def probe_js(logits, chain_index, k=20):
     return _impl("probe_js", logits)(logits, chain_index, k)
+
+
+def probe_js_deferred(logits, chain_index, k=20):
+    """:func:`probe_js` as ``(scores, status)``: on the Triton provider the input-error status word stays on the device
+    (``status`` a 0-d int tensor) so the caller's one copy of its results brings it along; every other provider checks
+    eagerly (``status`` None). Call :func:`raise_status` with the copied word."""
+    provider, fn = table(logits.device.type if isinstance(logits, torch.Tensor) else "cpu")["probe_js"]
+    if provider == "triton":
+        return fn(logits, chain_index, k, defer_errors=True)
+    return fn(logits, chain_index, k), None
+
+
+def raise_status(word: int) -> None:
+    """The ValueError of a deferred status word (see :func:`probe_js_deferred`); nothing for 0."""
+    from bsb.kernels.checks import CHAINS_NOT_CONTIGUOUS, ROW_ALL_MASKED, ROW_NAN, ROW_POSINF, status_error
+
+    for code in (ROW_NAN, ROW_POSINF, ROW_ALL_MASKED, CHAINS_NOT_CONTIGUOUS):
+        if word >> code & 1:
+            raise status_error("chain_index" if code == CHAINS_NOT_CONTIGUOUS else "logits", code)
 
 
 def probe_js_topk(logp, idx, chain_index):

@@ -37,7 +37,6 @@ from bsb.kernels.checks import (
     check_chain_index,
     check_float,
     check_k,
-    status_error,
 )
 from bsb.kernels.triton_rows import block, load_tile, rows
 
@@ -232,12 +231,16 @@ def _row_status(rmax: torch.Tensor, rnan: torch.Tensor) -> torch.Tensor:
     return (bad_nan.int() << ROW_NAN) | (torch.isposinf(rmax).any().int() << ROW_POSINF) | (torch.isneginf(rmax).any().int() << ROW_ALL_MASKED)
 
 
-def _raise(status: torch.Tensor) -> None:
+def _raise(status) -> None:
     """The single host sync of a call: raise the first error (in the reference's order) the status word holds."""
-    word = int(status)
-    for code in (ROW_NAN, ROW_POSINF, ROW_ALL_MASKED, CHAINS_NOT_CONTIGUOUS):
-        if word >> code & 1:
-            raise status_error("chain_index" if code == CHAINS_NOT_CONTIGUOUS else "logits", code)
+    raise_status(int(status))
+
+
+def raise_status(word: int) -> None:
+    """Raise the first error (in the reference's order) a status word holds; nothing for 0."""
+    from bsb.kernels import raise_status as kernels_raise_status
+
+    kernels_raise_status(word)
 
 
 def topk_logprobs(logits: torch.Tensor, k: int = 20) -> tuple[torch.Tensor, torch.Tensor]:
@@ -263,7 +266,9 @@ def _chain_pairs_on_device(chain_index: torch.Tensor, n: int, device: torch.devi
     return pairs, broken.int() << CHAINS_NOT_CONTIGUOUS
 
 
-def probe_js(logits: torch.Tensor, chain_index: torch.Tensor, k: int = 20) -> torch.Tensor:
+def probe_js(logits: torch.Tensor, chain_index: torch.Tensor, k: int = 20, defer_errors: bool = False):
+    """With ``defer_errors`` returns ``(scores, status)`` without the host sync: the caller copies the status word with
+    its results and calls :func:`raise_status` (one sync for both)."""
     check_float("logits", logits, 2, 3, scan=False)
     n, v = logits.shape[0], logits.shape[-1]
     check_k(k, v)
@@ -278,5 +283,7 @@ def probe_js(logits: torch.Tensor, chain_index: torch.Tensor, k: int = 20) -> to
     js = torch.full((n, n_pos), math.nan, dtype=torch.float32, device=logits.device)
     if n > 1:
         _floored_js_kernel[(n - 1, n_pos)](lp, idx, pairs, js, n_pos, K=k, KP=max(2, triton.next_power_of_2(k)))
+    if defer_errors:
+        return js.mean(-1), status | chain_status
     _raise(status | chain_status)
     return js.mean(-1)

@@ -264,3 +264,28 @@ def test_a_call_seed_changes_sampled_reads_and_random_scores():
     rnd = S.make_selector("random", CFG)
     a, b = rnd.select([ch], MASK, seed=1).choices[0].scores, rnd.select([ch], MASK, seed=2).choices[0].scores
     assert a != b and a == rnd.select([ch], MASK, seed=1).choices[0].scores
+
+
+def test_triton_scores_and_their_error_status_come_back_in_one_copy(monkeypatch):
+    """On the Triton provider the selector receives the input-error status with the scores (one host sync per
+    selector call) and still raises the reference's error."""
+    from bsb.kernels import dispatch
+
+    monkeypatch.setenv("BSB_KERNELS", "triton")
+    dispatch.reset()
+    try:
+        assert bsb.kernels.implementation("probe_js", "cpu") == "triton"
+        choice = S.make_selector("probe_js", CFG).select([chain(9)], MASK, FlipLogits()).choices[0]
+        assert choice.fork == choice.pool.positions[2]
+
+        class NaNLogits(FlipLogits):
+            def probe_logits(self, asks, suffix, read_len=1, seeds=None):
+                out = super().probe_logits(asks, suffix, read_len, seeds)
+                out[0][0][1, 0, 3] = float("nan")
+                return out
+
+        with pytest.raises(ValueError, match="logits contains NaN"):
+            S.make_selector("probe_js", CFG).select([chain(9)], MASK, NaNLogits())
+    finally:
+        monkeypatch.delenv("BSB_KERNELS")
+        dispatch.reset()
