@@ -93,7 +93,7 @@ class Trainer:
         self.backend = rollout_backend if rollout_backend is not None else self._make_backend(load_from)
         self.syncs = capabilities(self.backend).weight_sync
         if self.syncs and rollout_backend is not None:
-            self.backend.load_weights(self.policy.state_dict())  # a shared engine may hold other weights
+            self.backend.load_weights(self._engine_weights())  # a shared engine may hold other weights
         # white-box reads (Lens-Shift) go to the HF copy of the policy when the rollout engine cannot serve them
         reads = self.backend if self.selector.can_read(self.backend) else self.hf
         self.selector.bind(reads)
@@ -123,6 +123,10 @@ class Trainer:
 
     def _render(self, problem: Problem) -> str:
         return render_prompt(self.task, problem, self.tok, self.cfg.prompt_format, self.cfg.prompt_template)
+
+    def _engine_weights(self) -> dict:
+        """The policy's weights in the engine's dtype (a bf16 engine gets half the bytes, and no per-tensor casts)."""
+        return {k: v.detach().to(self.dtype) for k, v in self.policy.state_dict().items()}
 
     def _encode(self, problem: Problem) -> list[int]:
         ids = self.tok.encode(self._render(problem), add_special_tokens=False)
@@ -171,7 +175,7 @@ class Trainer:
         t2 = time.perf_counter()
         if self.syncs:
             self.backend.wake_up()
-            self.backend.load_weights(self.policy.state_dict())
+            self.backend.load_weights(self._engine_weights())
         t_sync = time.perf_counter() - t2
         self.step += 1
         timing = {"time_rollout": t_rollout, "time_update": t_update, "time_sync": t_sync, "time_step": time.perf_counter() - t0}
