@@ -13,17 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bsb.engine.selectors import SELECTORS, ChainInput, SelectorConfig, make_selector
+from bsb.eval.offline import OfflineConfig
 
 
 @dataclass
-class DemoConfig:
-    model: str = "embedded"  # a local HF checkpoint directory, or "embedded"
-    problems: str | None = None  # a problem file (the math task's held-out set); None: the task's own problems
-    task: str | None = None  # arith | math | package.module:Class (default: math with a problem file, else arith)
-    task_options: dict | None = None
-    prompt_format: str = "plain"  # plain | chat (the tokenizer's chat template)
-    device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
-    dtype: str = "auto"  # auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32
+class DemoConfig(OfflineConfig):
     n_problems: int = 4  # chains sampled (one per problem)
     max_response: int = 160  # response token cap
     temperature: float = 0.7  # chain and completion sampling temperature

@@ -18,6 +18,7 @@ import numpy as np
 from bsb.eval.bootstrap import question_clustered
 from bsb.eval.branching import RULES as BRANCH_RULES
 from bsb.eval.branching import branch_prefixes, eff_caps
+from bsb.eval.offline import OfflineConfig
 from bsb.eval.voting import RULES as VOTE_RULES
 from bsb.eval.voting import Candidate, vote
 
@@ -25,14 +26,7 @@ BUDGETS = ("exact", "eff_cap")
 
 
 @dataclass
-class EvaluateConfig:
-    model: str = "embedded"
-    problems: str | None = None  # a problem file (the math task's held-out set); None: the task's own problems
-    task: str | None = None  # arith | math | package.module:Class (default: math with a problem file, else arith)
-    task_options: dict | None = None
-    prompt_format: str = "plain"  # plain | chat (the tokenizer's chat template)
-    device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
-    dtype: str = "auto"  # auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32
+class EvaluateConfig(OfflineConfig):
     n_problems: int = 64
     k: int = 3  # sampled candidates per question
     temperature: float = 0.6  # seed 001's single-seed sampled mode (T=0.6, top-p 0.9)

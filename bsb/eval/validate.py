@@ -35,6 +35,7 @@ import numpy as np
 from bsb.engine.boundaries import CandidatePool, candidate_pool, newline_token_mask
 from bsb.engine.selectors import SELECTORS, CannotScore, ChainInput, SelectorConfig, make_selector
 from bsb.engine.vllm_backend import rollout_backend
+from bsb.eval.offline import OfflineConfig
 from bsb.eval.reconstruction import is_flat, oracle_floor, reconstruction_error, top_b
 from bsb.eval.value_curve import CompletionStore, answer_belief, mc_values
 from bsb.tasks.prompting import render_prompt
@@ -45,14 +46,8 @@ DEFAULT_SELECTORS = ("probe_js", "lens_shift", "entropy", "midpoint", "uniform",
 
 
 @dataclass
-class ValidateConfig:
-    model: str = "embedded"
-    problems: str | None = None  # a problem file (the math task's held-out set); None: the task's own problems
-    task: str | None = None  # arith | math | package.module:Class (default: math with a problem file, else arith)
+class ValidateConfig(OfflineConfig):
     task_options: dict | None = None  # the task's options; None: arith problems of 2-4 operations, no options otherwise
-    prompt_format: str = "plain"  # plain | chat (the tokenizer's chat template)
-    device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
-    dtype: str = "auto"  # auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32
     n_problems: int = 24
     selectors: tuple[str, ...] = DEFAULT_SELECTORS
     bsv_path: str | None = None  # a fitted BSV direction adds the bsv selector
