@@ -46,6 +46,10 @@ def test_a_tree_step_emits_m_times_1_plus_k_leaves_per_prompt_and_logs_metrics(m
     for key in ("reward_mean", "accuracy", "adv_mean", "sibling_disagreement", "probe_frac", "time_generate", "time_update", "grad_norm"):
         assert key in m
     assert (tmp_path / "final" / "config.json").exists() and (tmp_path / "checkpoint" / "state.json").exists()
+    saved = (tmp_path / "config.yaml").read_text()  # the chosen prompt format and the first held-out prompt as rendered
+    first = tr.val_problems[0].prompt.strip()
+    assert "# prompt_format: plain" in saved and f"#   {first}" in saved
+    assert TrainConfig.from_yaml(tmp_path / "config.yaml") == tr.cfg  # the comment does not disturb a reload
 
 
 def test_tree_rollout_shapes(model_dir, tmp_path):
