@@ -116,7 +116,10 @@ def _sweep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(str(err))
     if not args.summarize_only:
         execute(runs)
-    result = summarize(runs, args.out, args.reference)
+    try:
+        result = summarize(runs, args.out, args.reference)
+    except ValueError as err:
+        parser.error(str(err))
     print(result["table"])
     print(f"table: {Path(args.out) / 'table.md'}; figure: {Path(args.out) / 'curves.png'}")
     return 0

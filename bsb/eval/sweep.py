@@ -143,6 +143,9 @@ def summarize(runs: list[Run], out: str | Path, reference: str | None = None, re
     if reference not in names:
         raise ValueError(f"reference {reference!r} is none of the sweep's configs: {', '.join(names)}")
     seeds = sorted({r.seed for r in runs})
+    missing = [str(r.dir) for r in runs if not r.metrics.exists()]
+    if missing:
+        raise ValueError(f"{len(missing)} run(s) have no metrics yet (train them first): {', '.join(missing[:4])}")
     result, raw, smooth, best_at = {}, {}, {}, {}
     for name in names:
         vals = []

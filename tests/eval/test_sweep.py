@@ -88,6 +88,8 @@ def test_summary_best_checkpoint_moving_average_and_bootstrap(tmp_path):
     assert "| arm | 0.250 | 0.875 ± " in table and "(2)" in table and (tmp_path / "summary" / "curves.png").exists()
     with pytest.raises(ValueError, match="reference 'nope' is none"):
         sweep.summarize(runs, tmp_path / "summary", reference="nope")
+    with pytest.raises(ValueError, match="1 run\\(s\\) have no metrics yet"):
+        sweep.summarize(runs + [sweep.Run("new", 0, tmp_path / "new-s0", {"steps": 2})], tmp_path / "summary")
 
 
 def test_ties_go_to_the_earlier_checkpoint(tmp_path):
