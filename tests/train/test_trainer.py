@@ -204,7 +204,8 @@ def test_training_never_draws_a_held_out_problem(model_dir, tmp_path):
 def test_policy_is_in_train_mode_for_updates_and_eval_mode_for_reads(model_dir, tmp_path):
     tr = Trainer(config(model_dir, tmp_path, dynamic_sampling=False, steps=1, val_every=0))
     modes = []
-    hook = tr.policy.register_forward_pre_hook(lambda mod, args: modes.append(mod.training))
+    # the decoder (policy.model) runs in every forward: generation, reads, and the chunked training log-probs
+    hook = tr.policy.model.register_forward_pre_hook(lambda mod, args: modes.append(mod.training))
     try:
         before = len(modes)
         rows = [phases.Row([3, 4], [5, 6, 7], torch.tensor([1.0, -1.0, 0.5]), 0)]
