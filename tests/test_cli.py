@@ -75,3 +75,19 @@ def test_the_gpu_scripts_run_their_pipeline_on_the_cpu(tmp_path):
     reads = {(r["chain_tokens"], r["path"]): r["token_forwards"] for r in rows if r["stage"] == "reads"}
     assert all(reads[(t, "packed")] < reads[(t, "naive")] for t, _ in reads)
     assert all(r["probe_token_forwards"] > 0 and 0 < r["read_share"] < 1 for r in rows if r["stage"] == "tree_step")
+
+
+def test_train_help_lists_every_config_field_with_its_help(capsys, monkeypatch):
+    import dataclasses
+
+    from bsb.cli import main
+    from bsb.train.config import TrainConfig
+
+    monkeypatch.setenv("COLUMNS", "300")
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    for f in dataclasses.fields(TrainConfig):
+        assert f.metadata.get("help"), f.name
+        assert f"  {f.name} = " in out and f.metadata["help"].split(";")[0][:40] in out, f.name
