@@ -13,7 +13,9 @@ bf16 rate. Inference-only commands load the weights in the chosen dtype directly
 from __future__ import annotations
 
 import contextlib
+import json
 import re
+from pathlib import Path
 
 import torch
 
@@ -64,9 +66,6 @@ def autocast(device: torch.device, dtype: torch.dtype):
 
 def checkpoint_params(path) -> int:
     """Parameters of a local checkpoint, from its weight files' sizes and stored dtype (no weights loaded)."""
-    import json
-    from pathlib import Path
-
     path = Path(path)
     config = json.loads((path / "config.json").read_text()) if (path / "config.json").exists() else {}
     stored = str(config.get("torch_dtype") or config.get("dtype") or "float32")

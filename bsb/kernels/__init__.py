@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from bsb.kernels import reference
+from bsb.kernels.checks import raise_status
 from bsb.kernels.dispatch import implementation, table
 
 __all__ = [
@@ -52,15 +53,6 @@ def probe_js_deferred(logits, chain_index, k=20):
     if provider == "triton":
         return fn(logits, chain_index, k, defer_errors=True)
     return fn(logits, chain_index, k), None
-
-
-def raise_status(word: int) -> None:
-    """The ValueError of a deferred status word (see :func:`probe_js_deferred`); nothing for 0."""
-    from bsb.kernels.checks import CHAINS_NOT_CONTIGUOUS, ROW_ALL_MASKED, ROW_NAN, ROW_POSINF, status_error
-
-    for code in (ROW_NAN, ROW_POSINF, ROW_ALL_MASKED, CHAINS_NOT_CONTIGUOUS):
-        if word >> code & 1:
-            raise status_error("chain_index" if code == CHAINS_NOT_CONTIGUOUS else "logits", code)
 
 
 def probe_js_topk(logp, idx, chain_index):

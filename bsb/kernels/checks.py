@@ -19,6 +19,7 @@ __all__ = [
     "raise_if_lens_nonfinite",
     "raise_for_row_stats",
     "status_error",
+    "raise_status",
 ]
 
 
@@ -68,6 +69,14 @@ def status_error(name: str, code: int) -> ValueError:
         CHAINS_NOT_CONTIGUOUS: _CHAIN_ORDER_MESSAGE,
     }
     return ValueError(messages[code])
+
+
+def raise_status(word: int) -> None:
+    """The ValueError of a status word whose bit ``code`` is set for each error found on the device (the Triton row
+    ops); the first in the reference's order is raised. Nothing for 0."""
+    for code in (ROW_NAN, ROW_POSINF, ROW_ALL_MASKED, CHAINS_NOT_CONTIGUOUS):
+        if word >> code & 1:
+            raise status_error("chain_index" if code == CHAINS_NOT_CONTIGUOUS else "logits", code)
 
 
 def raise_for_row_stats(name: str, row_max: torch.Tensor, row_has_nan: torch.Tensor) -> None:

@@ -37,6 +37,7 @@ from bsb.kernels.checks import (
     check_chain_index,
     check_float,
     check_k,
+    raise_status,
 )
 from bsb.kernels.triton_rows import block, load_tile, rows
 
@@ -231,16 +232,9 @@ def _row_status(rmax: torch.Tensor, rnan: torch.Tensor) -> torch.Tensor:
     return (bad_nan.int() << ROW_NAN) | (torch.isposinf(rmax).any().int() << ROW_POSINF) | (torch.isneginf(rmax).any().int() << ROW_ALL_MASKED)
 
 
-def _raise(status) -> None:
-    """The single host sync of a call: raise the first error (in the reference's order) the status word holds."""
+def _raise(status: torch.Tensor) -> None:
+    """The single host sync of a call: raise the first error the device status word holds."""
     raise_status(int(status))
-
-
-def raise_status(word: int) -> None:
-    """Raise the first error (in the reference's order) a status word holds; nothing for 0."""
-    from bsb.kernels import raise_status as kernels_raise_status
-
-    kernels_raise_status(word)
 
 
 def topk_logprobs(logits: torch.Tensor, k: int = 20) -> tuple[torch.Tensor, torch.Tensor]:

@@ -259,7 +259,7 @@ def test_selector_binding_prefers_logits_on_a_white_box_backend(backend):
     assert S.make_selector("lens_shift", CFG, backend).mode == "white_box"
 
 
-def test_a_call_seed_changes_sampled_reads_and_random_scores():
+def test_a_call_seed_changes_random_scores():
     ch = chain(12)
     rnd = S.make_selector("random", CFG)
     a, b = rnd.select([ch], MASK, seed=1).choices[0].scores, rnd.select([ch], MASK, seed=2).choices[0].scores
