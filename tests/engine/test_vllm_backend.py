@@ -2,15 +2,13 @@
 
 Its Probe-JS scores agree with the HF packed path on the same weights within 1e-4 (both fp32)."""
 
-import os
-
 import pytest
 import torch
 
 pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'bsb[vllm]')")
 transformers = pytest.importorskip("transformers")
 
-from tiny_checkpoint import VOCAB, build  # noqa: E402
+from tiny_checkpoint import VOCAB  # noqa: E402
 
 import bsb.kernels  # noqa: E402
 from bsb.engine import selectors as S  # noqa: E402
@@ -21,21 +19,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 NL = 7
 MASK = torch.zeros(VOCAB, dtype=torch.bool)
 MASK[NL] = True
-
-
-@pytest.fixture(scope="session")
-def checkpoint(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-qwen3")
-    build(path)
-    return str(path)
-
-
-@pytest.fixture(scope="session")
-def engine(checkpoint):
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: faster start, weight sync possible
-    from bsb.engine.vllm_backend import VLLMBackend
-
-    return VLLMBackend(checkpoint, seed=0, dtype="float32", max_model_len=1024, kv_cache_gib=1)
 
 
 @pytest.fixture(scope="session")

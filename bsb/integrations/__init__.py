@@ -1,0 +1,1 @@
+"""Integrations of bsb into other training engines (each optional: bsb imports without them)."""

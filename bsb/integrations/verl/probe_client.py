@@ -1,0 +1,176 @@
+"""Probe-JS reads through an OpenAI-compatible vLLM server: the top-K belief after ``prefix[:t] + suffix``.
+
+verl's rollout servers turn a ``logprobs`` request into the sampled token's log-prob only, so the belief comes from
+the replica's own OpenAI API instead (every verl vLLM replica serves one):
+
+* :class:`CompletionsProbe` (default) posts one ``/v1/completions`` request per boundary: the token-id prompt
+  ``prefix[:t] + suffix``, ``max_tokens = min_tokens = L``, ``logprobs = K``, ``temperature = 1``, ``top_p = 1``
+  (verl runs vLLM with ``processed_logprobs``: T = 1 and top-p = 1 make them the raw beliefs), ``ignore_eos`` and
+  ``return_tokens_as_token_ids``. The request goes to the replica that holds the chain (sticky routing), so the
+  prefix's KV blocks are read from its cache and only the suffix and the L read tokens are computed. This is the
+  read :meth:`bsb.engine.vllm_backend.VLLMBackend.probe_topk` makes in-process.
+* :class:`PromptLogprobsProbe` (``bsb.probe_endpoint=prompt_logprobs``), where the HTTP endpoint is unreachable:
+  ``prompt_logprobs = K`` through verl's own generate call on ``prefix[:t] + suffix + reads`` (the L read tokens
+  sampled first when L > 1, a placeholder token when L = 1). vLLM computes prompt log-probs without reading the
+  prefix cache, so every read recomputes the whole prefix: it warns once.
+
+Each returns, per chain, ``(logp, idx, spent)``: (C, L, K) log-probs and token ids, best first (ties: the lower id),
+and the tokens the server computed (cached prompt tokens excluded when the server reports them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+from collections.abc import Awaitable, Callable, Sequence
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+class ProbeError(RuntimeError):
+    """A probe read failed (server unreachable, HTTP error, a reply without the asked log-probs)."""
+
+
+def _best(entries: Sequence[tuple[int, float]], k: int) -> tuple[list[float], list[int]]:
+    """The k best (token, logprob) pairs, best first, ties broken by the lower token id (as VLLMBackend)."""
+    best = sorted(entries, key=lambda e: (-e[1], e[0]))[:k]
+    if len(best) < k:
+        raise ProbeError(f"the server returned {len(best)} log-probs where {k} were asked")
+    return [lp for _, lp in best], [tok for tok, _ in best]
+
+
+def _token_id(key: str) -> int:
+    if not key.startswith("token_id:"):
+        raise ProbeError(f"top_logprobs key {key!r} is not a token id: the server ignored return_tokens_as_token_ids")
+    return int(key.split(":", 1)[1])
+
+
+def parse_completion(reply: dict, read_len: int, k: int) -> tuple[list[list[float]], list[list[int]], int]:
+    """(logp (L, k), ids (L, k), cached prompt tokens) of one ``/v1/completions`` reply."""
+    try:
+        choice = reply["choices"][0]
+        tops = choice["logprobs"]["top_logprobs"]
+    except (KeyError, IndexError, TypeError) as err:
+        raise ProbeError(f"completions reply without logprobs.top_logprobs: {str(reply)[:200]}") from err
+    if len(tops) < read_len:
+        raise ProbeError(f"completions reply has {len(tops)} read positions where {read_len} were asked")
+    logp, ids = [], []
+    for pos in tops[:read_len]:
+        lp, tok = _best([(_token_id(key), float(v)) for key, v in pos.items()], k)
+        logp.append(lp)
+        ids.append(tok)
+    details = (reply.get("usage") or {}).get("prompt_tokens_details") or {}
+    return logp, ids, int(details.get("cached_tokens") or 0)
+
+
+def _stack(rows: list[tuple[list[list[float]], list[list[int]]]]) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.tensor([r[0] for r in rows], dtype=torch.float32), torch.tensor([r[1] for r in rows], dtype=torch.long)
+
+
+class CompletionsProbe:
+    """Top-K beliefs from ``{base_url}/v1/completions`` (one request per boundary, all of a call at once)."""
+
+    def __init__(self, timeout_s: float = 120.0, model: str | None = None):
+        self.timeout_s, self.model = timeout_s, model
+        self._models: dict[str, str] = {}
+        self._session = None
+
+    async def _http(self):
+        import aiohttp
+
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _json(self, method: str, url: str, **kw) -> dict:
+        import aiohttp
+
+        session = await self._http()
+        try:
+            async with session.request(method, url, **kw) as resp:
+                body = await resp.text()
+                if resp.status != 200:
+                    raise ProbeError(f"{method} {url}: HTTP {resp.status}: {body[:300]}")
+        except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+            raise ProbeError(f"{method} {url}: {type(err).__name__}: {err}") from err
+        return json.loads(body)
+
+    async def model_name(self, base_url: str) -> str:
+        if self.model:
+            return self.model
+        if base_url not in self._models:
+            listing = await self._json("GET", f"{base_url}/v1/models")
+            try:
+                self._models[base_url] = listing["data"][0]["id"]
+            except (KeyError, IndexError, TypeError) as err:
+                raise ProbeError(f"{base_url}/v1/models lists no model: {str(listing)[:200]}") from err
+        return self._models[base_url]
+
+    async def read(self, base_url: str, prefix: Sequence[int], cuts: Sequence[int], suffix: Sequence[int], read_len: int,
+                   k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """One chain's reads at ``cuts`` (positions in ``prefix``): (C, L, k) log-probs, ids, tokens computed."""
+        model = await self.model_name(base_url)
+
+        async def one(t: int):
+            body = dict(model=model, prompt=[int(x) for x in prefix[:t]] + list(suffix), max_tokens=read_len,
+                        min_tokens=read_len, ignore_eos=True, logprobs=k, temperature=1.0, top_p=1.0, seed=seed,
+                        return_tokens_as_token_ids=True)
+            return await self._json("POST", f"{base_url}/v1/completions", json=body)
+
+        replies = await asyncio.gather(*(one(t) for t in cuts))
+        rows, spent = [], 0
+        for t, reply in zip(cuts, replies):
+            logp, ids, cached = parse_completion(reply, read_len, k)
+            rows.append((logp, ids))
+            spent += t + len(suffix) - cached + read_len
+        return (*_stack(rows), spent)
+
+
+# generate(prompt_ids, sampling_params) -> (token_ids, extra_fields): verl's server call, bound to a request id
+Generate = Callable[[list[int], dict], Awaitable[tuple[list[int], dict]]]
+
+
+class PromptLogprobsProbe:
+    """Top-K beliefs as ``prompt_logprobs`` through verl's own generate call (no HTTP endpoint needed). vLLM skips
+    the prefix cache for prompt log-probs, so each read recomputes its whole prefix."""
+
+    warned = False
+
+    async def read(self, generate: Generate, prefix: Sequence[int], cuts: Sequence[int], suffix: Sequence[int], read_len: int,
+                   k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        if not PromptLogprobsProbe.warned:
+            log.warning("bsb probe reads use prompt_logprobs: vLLM recomputes every read's prefix (no prefix cache); "
+                        "serve /v1/completions and set bsb.probe_endpoint=completions to read from the cache")
+            PromptLogprobsProbe.warned = True
+
+        async def one(t: int):
+            context = [int(x) for x in prefix[:t]] + list(suffix)
+            if read_len > 1:  # sample the L read tokens first (T = 1), then read the beliefs along them
+                reads, _ = await generate(list(context), dict(max_tokens=read_len - 1, min_tokens=read_len - 1, ignore_eos=True,
+                                                              temperature=1.0, top_p=1.0, seed=seed))
+                reads = list(reads[: read_len - 1])
+            else:
+                reads = []
+            _, extra = await generate(context + reads + [0], dict(max_tokens=1, prompt_logprobs=k, temperature=1.0, top_p=1.0))
+            ids, lps = extra.get("prompt_ids"), extra.get("prompt_logprobs")
+            if ids is None or lps is None:
+                raise ProbeError("the server returned no prompt_logprobs (verl's vLLM server puts them in extra_fields)")
+            logp, tok = [], []
+            for pos in range(len(context) - 1, len(context) + read_len - 1):  # entry j: the belief over token j + 1
+                pairs = [(int(i), float(v)) for i, v in zip(ids[pos], lps[pos]) if i is not None and v is not None and not math.isnan(v)]
+                lp, tk = _best(pairs, k)
+                logp.append(lp)
+                tok.append(tk)
+            return logp, tok, len(context) + read_len
+
+        results = await asyncio.gather(*(one(t) for t in cuts))
+        return (*_stack([(lp, tk) for lp, tk, _ in results]), sum(n for _, _, n in results))

@@ -1,0 +1,155 @@
+"""The ``bsb:`` section of a verl config, and the start-up check of everything the tree needs from verl's config.
+
+:func:`check_config` runs before any Ray worker spawns (``python -m bsb.integrations.verl.launch`` calls it on the
+composed config; the agent loop calls it again in each worker). It raises one :class:`VerlConfigError` listing
+every problem: a selector that cannot read through verl's servers, K above the servers' logprob limit, a tree that
+cannot yield M(1+k) leaves, a task that does not build, and the verl switches the tree relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+
+from bsb.train.rollout import TreeConfig
+
+# Selectors whose reads a vLLM replica serves: top-K beliefs over HTTP (probe_js) or no model reads at all.
+SERVER_SELECTORS = ("probe_js", "midpoint", "newline", "uniform", "random")
+WHY_NOT = {
+    "lens_shift": "it reads hidden states, which verl's vLLM servers do not expose (use bsb train, or probe_js)",
+    "bsv": "it reads hidden states, which verl's vLLM servers do not expose (and is a pre-RL instrument)",
+    "entropy": "it needs the full next-token distribution at every response token, which the servers do not return",
+    "min_margin": "it needs per-token logit margins of the response (prompt log-probs), not wired through verl",
+    "first_gap": "it needs per-token logit margins of the response (prompt log-probs), not wired through verl",
+}
+PROBE_ENDPOINTS = ("completions", "prompt_logprobs")
+MANAGER = "bsb.integrations.verl.worker.BsbTreeAgentLoopManager"
+AGENT_LOOP = "bsb_tree"
+DEFAULT_SERVER_LOGPROBS = 20  # vLLM's max_logprobs default; raise it with engine_kwargs.vllm.max_logprobs
+
+
+class VerlConfigError(ValueError):
+    """The verl config cannot run bsb's tree rollouts; the message lists every problem found."""
+
+
+@dataclass
+class BsbSettings:
+    """bsb's options under ``bsb:`` in the verl config (the paper's App. A defaults)."""
+
+    task: str = "math"  # a bsb task name or package.module:Class: the verifier, probe suffix and L
+    task_options: dict = field(default_factory=dict)
+    selector: str = "probe_js"  # one of SERVER_SELECTORS
+    chains: int = 4  # M, root chains per prompt
+    siblings: int = 2  # k, continuations per fork
+    max_refills: int = 2  # rounds of fresh roots for chains that cannot fork
+    max_candidates: int = 16  # C, candidate boundaries scored per chain
+    range_cap: float = 1.0  # ρ, score only the first ρ of a chain
+    top_k: int = 20  # K of the Probe-JS belief (<= the servers' max_logprobs)
+    read_len: int | None = None  # L; None: the task's (1 math, 16 code)
+    probe_suffix: str | None = None  # None: the task's elicitation suffix
+    probe_endpoint: str = "completions"  # completions (rides the prefix cache) | prompt_logprobs (fallback, skips it)
+    probe_timeout_s: float = 120.0
+    overlong_buffer: int = 0  # DAPO's soft overlong penalty buffer in tokens (0: off)
+    overlong_factor: float = 1.0
+    prefix_beta: float = 0.0  # bsb_prefix_credit: max-backup bonus β
+    prefix_alpha: float = 0.5  # bsb_prefix_credit: continuation mix α
+    clamped_prefix: bool = False  # bsb_prefix_credit: one-sided prefix clamping
+    zero_cont_token_mass: bool = False  # centre continuation advantages to zero signed token mass
+    seed: int = 0  # base seed of roots, probes and siblings (each tree derives its own from its uid)
+    threads: int = 64  # trees built at once per agent-loop worker (each waits on the servers in a thread)
+
+    @classmethod
+    def from_mapping(cls, section: Mapping) -> BsbSettings:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise VerlConfigError(f"bsb: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        values = {k: section[k] for k in section}
+        if "task_options" in values:
+            values["task_options"] = dict(values["task_options"] or {})
+        return cls(**values)
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.selector not in SERVER_SELECTORS:
+            why = WHY_NOT.get(self.selector, "it is not a bsb selector")
+            out.append(f"bsb.selector={self.selector!r} cannot run through verl's servers: {why}. "
+                       f"Choose one of {', '.join(SERVER_SELECTORS)}")
+        try:
+            TreeConfig(self.chains, self.siblings)
+        except ValueError as err:
+            out.append(f"bsb tree: {err}: a tree needs M >= 1 roots and k >= 1 siblings to yield M(1+k) leaves")
+        if self.max_refills < 0:
+            out.append(f"bsb.max_refills must be >= 0, got {self.max_refills}")
+        if self.max_candidates < 2 and self.selector != "midpoint":
+            out.append(f"bsb.max_candidates must be >= 2 for a selector to choose, got {self.max_candidates}")
+        if not 0 < self.range_cap <= 1:
+            out.append(f"bsb.range_cap must be in (0, 1], got {self.range_cap}")
+        if self.top_k < 1 or (self.read_len is not None and self.read_len < 1):
+            out.append(f"bsb.top_k and bsb.read_len must be >= 1, got {self.top_k} and {self.read_len}")
+        if self.probe_endpoint not in PROBE_ENDPOINTS:
+            out.append(f"bsb.probe_endpoint must be one of {', '.join(PROBE_ENDPOINTS)}, got {self.probe_endpoint!r}")
+        if self.overlong_buffer < 0 or self.overlong_factor < 0:
+            out.append("bsb.overlong_buffer and bsb.overlong_factor must be >= 0")
+        if not (0 <= self.prefix_beta <= 1 and 0 <= self.prefix_alpha <= 1):
+            out.append(f"bsb.prefix_beta and bsb.prefix_alpha must be in [0, 1], got {self.prefix_beta}, {self.prefix_alpha}")
+        if self.threads < 1 or self.probe_timeout_s <= 0:
+            out.append("bsb.threads must be >= 1 and bsb.probe_timeout_s > 0")
+        return out
+
+
+def _get(cfg: Mapping, dotted: str, default=None):
+    node = cfg
+    for key in dotted.split("."):
+        if not isinstance(node, Mapping) or key not in node:
+            return default
+        node = node[key]
+    return node
+
+
+def server_max_logprobs(cfg: Mapping) -> int:
+    """The replicas' logprob limit: ``engine_kwargs.vllm.max_logprobs`` of the rollout, vLLM's 20 by default."""
+    return int(_get(cfg, "actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs", DEFAULT_SERVER_LOGPROBS) or DEFAULT_SERVER_LOGPROBS)
+
+
+def check_config(cfg: Mapping, build_task: bool = True) -> BsbSettings:
+    """The validated :class:`BsbSettings` of a composed verl config; a :class:`VerlConfigError` listing every
+    problem otherwise. ``build_task``: also build the task (loads its problem files, if any)."""
+    try:
+        settings = BsbSettings.from_mapping(_get(cfg, "bsb", {}) or {})
+    except TypeError as err:
+        raise VerlConfigError(f"bsb: {err}") from err
+    problems = settings.problems()
+    rollout = "actor_rollout_ref.rollout"
+    if settings.selector == "probe_js" and settings.top_k > server_max_logprobs(cfg):
+        problems.append(f"bsb.top_k={settings.top_k} exceeds the servers' logprob limit {server_max_logprobs(cfg)}: lower it or "
+                        f"raise {rollout}.engine_kwargs.vllm.max_logprobs")
+    response = _get(cfg, f"{rollout}.response_length")
+    if response is not None and int(response) < 3:
+        problems.append(f"{rollout}.response_length={response}: a fork needs a prefix and a 2-token tail (>= 3)")
+    checks = [
+        (f"{rollout}.n", 1, "one agent-loop call builds one prompt's whole tree of M(1+k) leaves"),
+        (f"{rollout}.agent.default_agent_loop", AGENT_LOOP, "the tree rollout is the bsb_tree agent loop"),
+        (f"{rollout}.agent.agent_loop_manager_class", MANAGER, "verl's own worker copies the last leaf's reward onto every leaf"),
+        ("trainer.use_v1", True, "only verl's v1 (TransferQueue) trainer accepts several outputs per agent-loop call"),
+    ]
+    for key, want, why in checks:
+        got = _get(cfg, key)
+        if got != want:
+            problems.append(f"{key} must be {want!r} ({why}), got {got!r}")
+    estimator = _get(cfg, "algorithm.adv_estimator")
+    from bsb.integrations.verl.estimators import ESTIMATORS
+
+    if estimator not in ESTIMATORS:
+        problems.append(f"algorithm.adv_estimator must be one of {', '.join(ESTIMATORS)} (the rows' uids carry the tree, which "
+                        f"verl's own estimators would read as groups), got {estimator!r}")
+    if build_task and not any(p.startswith("bsb: unknown") for p in problems):
+        from bsb.tasks.registry import make_task
+
+        try:
+            make_task(settings.task, settings.task_options)
+        except (ValueError, ImportError, OSError, TypeError) as err:
+            problems.append(f"bsb.task={settings.task!r}: {err}")
+    if problems:
+        raise VerlConfigError("bsb cannot run on this verl config:\n  - " + "\n  - ".join(problems))
+    return settings
