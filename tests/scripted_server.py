@@ -13,6 +13,8 @@ import threading
 
 import torch
 
+from bsb.tasks.task import Problem, Task, Verdict
+
 VOCAB, EOS, NL = 64, 1, 7
 
 
@@ -127,3 +129,65 @@ class ScriptedGenerate:
             toks = (toks + [9] * int(params["min_tokens"]))[: int(params["max_tokens"])]
         lps = [-0.01 * (i + 1) for i in range(len(toks))]
         return (toks, {}) if self.extra else (toks, lps)
+
+
+class ScriptedTask(Task):
+    """A task for the word-level tiny tokenizer ("t0" … "t255"): a response is correct when its last token is an even
+    one. Loaded as ``scripted_server:ScriptedTask``."""
+
+    name = "scripted"
+    probe_suffix = "t50 t51"
+
+    def held_out(self, n):
+        return [Problem(f"v{i}", "t5 t6 t7", "even") for i in range(n)]
+
+    def draw(self, rng, n, exclude):
+        return self.held_out(n)
+
+    def answer_span(self, response):
+        toks = response.split()
+        return toks[-1] if toks else None
+
+    def verify(self, response, problem):
+        last = self.answer_span(response)
+        ok = last is not None and last.startswith("t") and int(last[1:]) % 2 == 0
+        return Verdict(float(ok), ok, "correct" if ok else "wrong", last or "")
+
+
+# ---------------------------------------------------------------------------------------------- verl's side
+
+ROW = dict(raw_prompt=[{"role": "user", "content": "t5 t6 t7"}], reward_model={"ground_truth": "even"}, uid="abc123",
+           data_source="scripted", extra_info={"index": 0}, session_id=0, global_steps=3)
+
+
+class _Remote:
+    def __init__(self, value):
+        self.value = value
+
+    def remote(self):
+        async def get():
+            return self.value
+
+        return get()
+
+
+class FakeServers:
+    """verl's LLMServerClient, scripted: generation from ScriptedGenerate, the probe endpoint on a ScriptedServer."""
+
+    def __init__(self, server: ScriptedServer, short: int = 0):
+        self.gen, self.port, self.request_ids, self.acquired = ScriptedGenerate(short=short), server.port, [], 0
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.request_ids.append(request_id)
+        ids, lps = await self.gen(list(prompt_ids), dict(sampling_params))
+        return TokenOutput(token_ids=ids, log_probs=lps if sampling_params.get("logprobs") else None, extra_fields={"global_steps": 3})
+
+    async def _acquire_server(self, request_id, **extra):
+        self.request_ids.append(request_id)
+        self.acquired += 1
+        return "replica-0", type("Handle", (), {"get_server_address": _Remote(("127.0.0.1", self.port))})()
+
+    def _release_server(self, server_id, request_id=None):
+        self.acquired -= 1

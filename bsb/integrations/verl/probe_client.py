@@ -77,19 +77,24 @@ class CompletionsProbe:
     def __init__(self, timeout_s: float = 120.0, model: str | None = None):
         self.timeout_s, self.model = timeout_s, model
         self._models: dict[str, str] = {}
-        self._session = None
+        self._sessions: dict[int, object] = {}  # one HTTP session per event loop (a session is bound to its loop)
 
     async def _http(self):
         import aiohttp
 
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
-        return self._session
+        key = id(asyncio.get_running_loop())
+        session = self._sessions.get(key)
+        if session is None or session.closed:
+            for k in [k for k, s in self._sessions.items() if s.closed or s._loop.is_closed()]:
+                del self._sessions[k]
+            session = self._sessions[key] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        return session
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close this event loop's session."""
+        session = self._sessions.pop(id(asyncio.get_running_loop()), None)
+        if session is not None:
+            await session.close()
 
     async def _json(self, method: str, url: str, **kw) -> dict:
         import aiohttp

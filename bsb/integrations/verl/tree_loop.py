@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -58,15 +59,18 @@ class TreeKit:
     addresses: dict
 
 
-_KITS: dict[int, TreeKit] = {}
+_KITS: dict[str, TreeKit] = {}
 
 
 def tree_kit(config, tokenizer) -> TreeKit:
-    key = id(config)
-    if key not in _KITS:
-        from omegaconf import OmegaConf
+    """The worker's :class:`TreeKit` for this config and tokenizer (checked and built on first use)."""
+    from omegaconf import OmegaConf
 
-        plain = OmegaConf.to_container(config, resolve=True) if not isinstance(config, dict) else config
+    bsb = OmegaConf.to_container(config.bsb, resolve=True) if "bsb" in config else {}
+    key = json.dumps([bsb, OmegaConf.select(config, "actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs"),
+                      getattr(tokenizer, "name_or_path", ""), len(tokenizer)], sort_keys=True, default=str)
+    if key not in _KITS:
+        plain = OmegaConf.to_container(config, resolve=True)
         s = check_config(plain)
         task = make_task(s.task, s.task_options)
         suffix = tokenizer.encode(s.probe_suffix or task.probe_suffix, add_special_tokens=False)
@@ -112,7 +116,8 @@ class BsbTreeAgentLoop(AgentLoopBase):
 
         async def generate(ids: list[int], params: dict):
             out = await self.server_manager.generate(request_id=request_id, prompt_ids=ids, sampling_params=params)
-            steps.extend(out.extra_fields.get(k) for k in ("min_global_steps", "max_global_steps") if out.extra_fields.get(k) is not None)
+            steps.extend(out.extra_fields[k] for k in ("global_steps", "min_global_steps", "max_global_steps")
+                         if out.extra_fields.get(k) is not None)
             return out.token_ids, out.log_probs
 
         async def generate_extra(ids: list[int], params: dict):
