@@ -141,7 +141,7 @@ class CompletionsProbe:
 
 
 # generate(prompt_ids, sampling_params) -> (token_ids, extra_fields): verl's server call, bound to a request id
-Generate = Callable[[list[int], dict], Awaitable[tuple[list[int], dict]]]
+GenerateExtra = Callable[[list[int], dict], Awaitable[tuple[list[int], dict]]]
 
 
 class PromptLogprobsProbe:
@@ -150,7 +150,7 @@ class PromptLogprobsProbe:
 
     warned = False
 
-    async def read(self, generate: Generate, prefix: Sequence[int], cuts: Sequence[int], suffix: Sequence[int], read_len: int,
+    async def read(self, generate: GenerateExtra, prefix: Sequence[int], cuts: Sequence[int], suffix: Sequence[int], read_len: int,
                    k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         if not PromptLogprobsProbe.warned:
             log.warning("bsb probe reads use prompt_logprobs: vLLM recomputes every read's prefix (no prefix cache); "

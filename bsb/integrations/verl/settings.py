@@ -21,6 +21,7 @@ WHY_NOT = {
     "entropy": "it needs the full next-token distribution at every response token, which the servers do not return",
     "min_margin": "it needs per-token logit margins of the response (prompt log-probs), not wired through verl",
     "first_gap": "it needs per-token logit margins of the response (prompt log-probs), not wired through verl",
+    "llm_judge": "it is a pre-RL validation baseline (bsb validate --judge-url), not an RL fork selector",
 }
 PROBE_ENDPOINTS = ("completions", "prompt_logprobs")
 MANAGER = "bsb.integrations.verl.worker.BsbTreeAgentLoopManager"
@@ -137,6 +138,10 @@ def check_config(cfg: Mapping, build_task: bool = True) -> BsbSettings:
         got = _get(cfg, key)
         if got != want:
             problems.append(f"{key} must be {want!r} ({why}), got {got!r}")
+    if _get(cfg, "distillation.enabled"):
+        problems.append("distillation.enabled: bsb's tree worker does not compute teacher log-probs (set it false)")
+    if _get(cfg, "reward.reward_model.enable") and not _get(cfg, "reward.reward_model.enable_resource_pool"):
+        problems.append("reward.reward_model.enable: each leaf's reward is bsb's task verifier; a reward model is not used")
     estimator = _get(cfg, "algorithm.adv_estimator")
     from bsb.integrations.verl.estimators import ESTIMATORS
 
