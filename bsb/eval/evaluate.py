@@ -59,7 +59,7 @@ def run_evaluate(cfg: EvaluateConfig, console=None) -> dict:
         raise ValueError(f"budget must be one of {', '.join(BUDGETS)}, got {cfg.budget!r}")
     console = console or Console()
     task = offline_task(cfg.task, cfg.task_options, cfg.problems)
-    path = resolve_model(cfg.model)
+    path = resolve_model(cfg.model, task)
     tok = transformers.AutoTokenizer.from_pretrained(path)
     model = load_for_inference(path, cfg.device, cfg.dtype)
     backend = HFBackend(model, tok)

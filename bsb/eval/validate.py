@@ -35,7 +35,7 @@ import numpy as np
 from bsb.engine.boundaries import CandidatePool, candidate_pool, newline_token_mask
 from bsb.engine.selectors import SELECTORS, CannotScore, ChainInput, SelectorConfig, make_selector
 from bsb.engine.vllm_backend import rollout_backend
-from bsb.eval.offline import OfflineConfig
+from bsb.eval.offline import OfflineConfig, jsonable, judge_client
 from bsb.eval.reconstruction import is_flat, oracle_floor, reconstruction_error, top_b
 from bsb.eval.value_curve import CompletionStore, answer_belief, mc_values
 from bsb.tasks.prompting import render_prompt
@@ -76,6 +76,10 @@ class ValidateConfig(OfflineConfig):
             raise ValueError("the bsv selector needs bsv_path (a direction fitted with bsb.engine.bsv.fit_bsv)")
         if self.bsv_path and "bsv" not in self.selectors:
             self.selectors = self.selectors + ("bsv",)
+        if "llm_judge" in self.selectors and not self.judge_url:
+            raise ValueError("the llm_judge selector needs a judge: --judge-url URL --judge-model NAME (or --judge-url local)")
+        if self.judge_url and "llm_judge" not in self.selectors:
+            self.selectors = self.selectors + ("llm_judge",)
         if min(self.m, self.n_mc, self.b, self.n_problems) < 1:
             raise ValueError("m, n_mc, b and n_problems must be >= 1")
         if self.backend not in ("auto", "hf", "vllm"):
@@ -117,7 +121,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     task = offline_task(name, cfg.task_options if cfg.task_options is not None else ({"ops": [2, 3, 4]} if name == "arith" else {}), cfg.problems)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = resolve_model(cfg.model)
+    path = resolve_model(cfg.model, task)
     tok = transformers.AutoTokenizer.from_pretrained(path)
     model = load_for_inference(path, cfg.device, cfg.dtype)
     hf = HFBackend(model, tok)
@@ -137,15 +141,17 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         with chains_path.open("a") as f:
             for i, r in zip(missing, outs):
                 saved[problems[i].id] = list(r)
-                f.write(json.dumps({"id": problems[i].id, "prompt": problems[i].prompt, "gold": problems[i].answer, "response": list(r)}) + "\n")
+                f.write(json.dumps({"id": problems[i].id, "prompt": problems[i].prompt, "gold": problems[i].answer, "response": list(r)},
+                                   default=jsonable) + "\n")
 
     def answer_ids(text):
         ans = task.answer_span(text)
         return tok.encode(ans, add_special_tokens=False) if ans else None
 
     store = CompletionStore(out / "completions.jsonl")
+    judge = judge_client(cfg)
     scfg = SelectorConfig(suffix=tok.encode(task.probe_suffix, add_special_tokens=False), seed=cfg.seed, bsv_path=cfg.bsv_path,
-                          read_len=cfg.read_len or task.read_len)
+                          read_len=cfg.read_len or task.read_len, judge=judge, decode=lambda ids: tok.decode(ids, skip_special_tokens=True))
     selectors = {n: make_selector(n, scfg, hf) for n in cfg.selectors}  # every selector reads through the HF model
     todo = []
     for i, p in enumerate(problems):
@@ -182,7 +188,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         row["siblings"] = [[store.answers.get((p.id, c, j), "") for j in range(min(2, cfg.n_mc))] for c in cuts]
         curves.append(row)
     bar.close()
-    (out / "curves.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curves))
+    (out / "curves.jsonl").write_text("".join(json.dumps(r, default=jsonable) + "\n" for r in curves))
 
     # --- table: mean E over non-flat problems, excess over the floor
     live = [r for r in curves if not r["flat"]]
@@ -212,6 +218,8 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     md.append(f"| oracle floor (DP) | {floor:.3f} | | 0 | | |")
     console.print(table)
     console.print(f"oracle floor (best E of any {cfg.b} points): {floor:.3f}")
+    if judge is not None:
+        console.print(f"llm_judge ({cfg.judge_model}): {judge.stats.summary()}")
 
     # --- fork contrast (App. D)
     pairs, js_pairs = [], []
@@ -250,7 +258,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         js = r["scores"].get("probe_js")
         case_plot(out / f"case_{r['id']}.png", r["cuts"], r["v_star"], forks, belief=belief,
                   js=[0.0 if x is None else x for x in js] if js else None, chain_len=len(r["response"]), captured=captured,
-                  title=f"{r['prompt'].strip()} (gold {r['gold']}); top-1 forks; flip mass of each top-{cfg.b}")
+                  title=f"{r['prompt'].strip()[:80]} (gold {str(r['gold'])[:40]}); top-1 forks; flip mass of each top-{cfg.b}")
     console.print(f"wrote {out / 'table.md'}, {out / 'curves.jsonl'}, figures in {out}")
     return {"mean_error": mean_e, "sem": sem, "floor": floor, "ranking": ranked, "non_flat": len(live), "chains": len(curves),
             "contrast": contrast, "completions": len(store)}

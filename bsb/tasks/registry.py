@@ -1,4 +1,4 @@
-"""Tasks by name: ``math``, ``arith``, or ``package.module:ClassName`` for a task of your own.
+"""Tasks by name: ``math``, ``arith``, ``code``, or ``package.module:ClassName`` for a task of your own.
 
 :func:`make_task` builds and checks a task before any model is loaded: an unknown name, a module that does not
 import, a class that does not satisfy the :class:`~bsb.tasks.task.Task` protocol, or an option the task does not
@@ -12,10 +12,11 @@ import inspect
 from collections.abc import Mapping
 
 from bsb.tasks.arith_task import ArithTask
+from bsb.tasks.code_task import CodeTask
 from bsb.tasks.math_task import MathTask
 from bsb.tasks.task import ATTRIBUTES, METHODS, Task
 
-TASKS: dict[str, type] = {"arith": ArithTask, "math": MathTask}
+TASKS: dict[str, type] = {"arith": ArithTask, "math": MathTask, "code": CodeTask}
 
 
 def task_class(name: str) -> type:

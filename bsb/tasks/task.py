@@ -42,6 +42,7 @@ class Verdict:
     correct: bool  # the ungated verdict: what accuracy counts
     reason: str = ""  # "correct", "wrong", "no_answer", "gate", "hostile", "timeout", ... (counted in metrics)
     answer: str = ""  # the normalised committed answer ("" when there is none): what votes compare
+    details: tuple = ()  # per-check results kept for analysis (code: one (status, passed, reason) per hidden test)
 
 
 class Task(ABC):

@@ -1,4 +1,5 @@
-"""The embedded default model: a tiny Qwen3 trained by supervised fine-tuning on the synthetic task.
+"""The embedded default models: tiny Qwen3s trained by supervised fine-tuning on a synthetic task (``arith``, the
+default's arithmetic chains; ``code``, the embedded code default's programs).
 
 Qwen3 architecture with head_dim 64, so that vLLM's CPU attention serves it. Training uses the character
 tokenizer, the synthetic chains with their detours, and a loss on the response tokens only. It is
@@ -20,6 +21,7 @@ from pathlib import Path
 import torch
 
 from bsb.tasks.synthetic import make_problem, training_chains
+from bsb.tasks.synthetic_code import training_programs
 from bsb.tasks.tokenizer import char_tokenizer
 
 
@@ -34,23 +36,33 @@ class TinyConfig:
     ops: tuple[int, ...] = (1, 2, 2, 3, 3, 4)  # difficulties in the training set (drawn uniformly from this tuple)
     detour_frac: float = 0.3
     max_operand: int = 5  # operands are drawn from [0, max_operand] (9 leaves too many facts to learn in minutes)
+    task: str = "arith"  # the synthetic task it learns: arith (bsb.tasks.synthetic) | code (bsb.tasks.synthetic_code)
+
+    def __post_init__(self):
+        if self.task not in ("arith", "code"):
+            raise ValueError(f"TinyConfig.task must be arith or code, got {self.task!r}")
 
     def key(self) -> str:
-        return "tiny-qwen3-" + "-".join(f"{k}{v}" for k, v in asdict(self).items()).replace(" ", "").replace(",", "_").replace("(", "").replace(")", "")
+        fields = {k: v for k, v in asdict(self).items() if not (k == "task" and v == "arith")}  # arith keys predate the field
+        return "tiny-qwen3-" + "-".join(f"{k}{v}" for k, v in fields.items()).replace(" ", "").replace(",", "_").replace("(", "").replace(")", "")
 
 
 EMBEDDED = TinyConfig()  # the embedded default model of `bsb demo` and `bsb train`
+# the embedded code default (`--set task=code`): programs through named variables, one line per step
+EMBEDDED_CODE = TinyConfig(steps=2000, layers=3, ops=(1, 2, 2, 3, 3), detour_frac=0.2, max_operand=5, task="code")
+EMBEDDED_BY_TASK = {"arith": EMBEDDED, "code": EMBEDDED_CODE}
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("BSB_CACHE", Path.home() / ".cache" / "bsb"))
 
 
-def resolve_model(name: str | Path) -> Path:
-    """A checkpoint directory: ``"embedded"`` builds (or reuses) the embedded default; anything else must be a
-    local Hugging Face checkpoint."""
+def resolve_model(name: str | Path, task=None) -> Path:
+    """A checkpoint directory: ``"embedded"`` builds (or reuses) the embedded default of ``task`` (its
+    ``embedded_model`` attribute: ``code`` for the code task, the arithmetic model otherwise); anything else must be
+    a local Hugging Face checkpoint."""
     if str(name) == "embedded":
-        return train_tiny_model(EMBEDDED)
+        return train_tiny_model(EMBEDDED_BY_TASK[getattr(task, "embedded_model", "arith")])
     path = Path(name)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"model {str(name)!r}: no Hugging Face checkpoint (config.json) there; pass a local directory or 'embedded'")
@@ -78,9 +90,9 @@ def train_tiny_model(cfg: TinyConfig = TinyConfig(), out_dir: str | Path | None 
     torch.manual_seed(cfg.seed)
     tok = char_tokenizer()
     model = _model(cfg, len(tok), tok).train()
-    chains = training_chains(cfg.steps * cfg.batch, seed=cfg.seed, ops=cfg.ops, detour_frac=cfg.detour_frac, max_operand=cfg.max_operand)
+    examples = _examples(cfg)
     # Batches of one difficulty: similar lengths, so little compute goes to padding. Their order is shuffled.
-    chains.sort(key=lambda c: c.problem.n_ops)
+    examples.sort(key=lambda e: e[0])
     order = list(range(cfg.steps))
     random.Random(cfg.seed).shuffle(order)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.98))
@@ -90,8 +102,8 @@ def train_tiny_model(cfg: TinyConfig = TinyConfig(), out_dir: str | Path | None 
     start, losses = time.perf_counter(), []
     bar = tqdm(range(cfg.steps), desc="training the tiny model", disable=not progress)
     for step in bar:
-        batch = chains[order[step] * cfg.batch : (order[step] + 1) * cfg.batch]
-        ids, labels = _batch(tok, [c.problem.prompt for c in batch], [c.response for c in batch])
+        batch = examples[order[step] * cfg.batch : (order[step] + 1) * cfg.batch]
+        ids, labels = _batch(tok, [e[1] for e in batch], [e[2] for e in batch])
         loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -107,6 +119,15 @@ def train_tiny_model(cfg: TinyConfig = TinyConfig(), out_dir: str | Path | None 
     tok.save_pretrained(out)
     (out / "bsb_train.json").write_text(json.dumps({"config": asdict(cfg), "seconds": seconds, "final_loss": losses[-1]}, indent=1))
     return out
+
+
+def _examples(cfg: TinyConfig) -> list[tuple[int, str, str]]:
+    """(difficulty, prompt, response) of every training example of the config's task."""
+    n = cfg.steps * cfg.batch
+    if cfg.task == "code":
+        return [(r.n_ops, r.prompt, text) for r, text in training_programs(n, cfg.seed, cfg.ops, cfg.detour_frac, cfg.max_operand)]
+    chains = training_chains(n, seed=cfg.seed, ops=cfg.ops, detour_frac=cfg.detour_frac, max_operand=cfg.max_operand)
+    return [(c.problem.n_ops, c.problem.prompt, c.response) for c in chains]
 
 
 def _batch(tok, prompts: list[str], responses: list[str]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -54,7 +54,7 @@ class TrainConfig:
     siblings: int = _f(2, "k continuations per fork (tree); B branches per root (two_stage)")
     bifurcate_after_active: int = _f(0, "seed 001's flat warm-up: flat groups until this many active steps have passed, then "
                                         "the tree / two-stage rollout (3 in the paper); 0: bifurcate from the start")
-    selector: str = _f("probe_js", f"fork-point selector of the tree rollout: {', '.join(s for s in SELECTORS if s != 'bsv')}")
+    selector: str = _f("probe_js", f"fork-point selector of the tree rollout: {', '.join(s for s in SELECTORS if s not in ('bsv', 'llm_judge'))}")
     max_candidates: int = _f(16, "C, candidate boundaries scored per chain")
     range_cap: float = _f(1.0, "ρ, score only the first ρ of each chain (0.5 on base models, 1 on SFT models)")
     probe_suffix: str | None = _f(None, "elicitation suffix of Probe-JS / Lens-Shift; None: the task's")
@@ -128,6 +128,7 @@ class TrainConfig:
             (self.rollout in ROLLOUTS, f"rollout must be one of {', '.join(ROLLOUTS)}, got {self.rollout!r}"),
             (self.selector in SELECTORS, f"unknown selector {self.selector!r}; choose one of {', '.join(SELECTORS)}"),
             (self.selector != "bsv", "the bsv selector is a pre-RL validation instrument (a frozen-policy direction), not an RL fork selector"),
+            (self.selector != "llm_judge", "the llm_judge selector is a pre-RL validation baseline (bsb validate --judge-url), not an RL fork selector"),
             (self.advantage in ADVANTAGES, f"advantage must be one of {', '.join(ADVANTAGES)}, got {self.advantage!r}"),
             (self.loss in LOSSES, f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}"),
             (self.loss_agg in LOSS_AGGS, f"loss_agg must be one of {', '.join(LOSS_AGGS)}, got {self.loss_agg!r}"),

@@ -66,7 +66,7 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         self.ckpt = self.out / "checkpoint"
         resuming = resume and (self.ckpt / "state.json").exists()
-        self.model_path = resolve_model(cfg.model)
+        self.model_path = resolve_model(cfg.model, self.task)
         if self.device.type == "cuda" and cfg.backend != "hf":
             check_colocation(self.model_path, self.device, cfg.vllm_gpu_memory_utilization)
         load_from = self.ckpt / "model" if resuming else self.model_path

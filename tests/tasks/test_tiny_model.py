@@ -39,3 +39,22 @@ def test_accuracy_by_difficulty_runs(tmp_path):
     path = train_tiny_model(SMALL, tmp_path, progress=False)
     acc = accuracy_by_difficulty(path, per_op=3, ops=(1, 2))
     assert set(acc) == {1, 2} and all(0.0 <= v <= 1.0 for v in acc.values())
+
+
+def test_the_code_variant_trains_on_programs_and_keeps_the_arith_keys():
+    code = TinyConfig(steps=4, batch=4, hidden=64, layers=1, task="code")
+    assert code.key().endswith("-taskcode") and "task" not in SMALL.key()  # arith caches keep their names
+    with pytest.raises(ValueError, match="task"):
+        TinyConfig(task="chess")
+
+
+def test_embedded_resolves_per_task(monkeypatch, tmp_path):
+    from bsb.tasks import tiny_model
+    from bsb.tasks.registry import make_task
+
+    seen = []
+    monkeypatch.setattr(tiny_model, "train_tiny_model", lambda cfg, *a, **k: seen.append(cfg) or tmp_path)
+    tiny_model.resolve_model("embedded", make_task("code", {"workers": 1}))
+    tiny_model.resolve_model("embedded", make_task("arith"))
+    tiny_model.resolve_model("embedded")
+    assert [c.task for c in seen] == ["code", "arith", "arith"] and seen[0] == tiny_model.EMBEDDED_CODE

@@ -1,0 +1,182 @@
+"""The ``code`` task: programs graded by hidden tests in the sandbox (seed 000's second domain).
+
+* Problems: DeepCoder / LiveCodeBench files (``train_file``, ``val_file``; :mod:`bsb.tasks.code_problems`), or,
+  without files, the embedded code default's synthetic recipes (:mod:`bsb.tasks.synthetic_code`).
+* The probe: a fenced-code elicitation suffix and L = 16 read positions (§3.2, App. B: the belief over the program
+  the model would write from here).
+* The reward: binary, 1 when every hidden test passes (the last fenced block of the response is the program). Each
+  test's sandbox status is kept in ``Verdict.details``; the reason is ``correct``, ``wrong`` (ran, wrong output),
+  ``no_code``, ``syntax_error``, or the first failing run's sandbox status (``timeout``, ``memory``, ...).
+
+Options: ``train_file``, ``val_file``, ``format`` (deepcoder | livecodebench; None: recognised), ``ops`` and
+``max_operand`` (the synthetic problems), ``timeout_s`` and ``memory_mb`` (per test run), ``workers`` (sandbox runs
+at once), ``suffix``, ``read_len``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import random
+import re
+from collections.abc import Collection
+
+from bsb.tasks.code_problems import CodeTests, load_code_problems
+from bsb.tasks.sandbox import SandboxPool
+from bsb.tasks.synthetic_code import make_recipe
+from bsb.tasks.task import Problem, Task, Verdict
+
+CODE_SUFFIX = "\nFinal program:\n```python\n"
+FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
+RESULT = "@@bsb-result@@"
+HELD_OUT_SEED, SAMPLE_SEED = 10**9 + 7, 7373
+HARNESS = """
+
+import json as _bsb_json, sys as _bsb_sys
+_bsb_args = [_bsb_json.loads(_l) for _l in _bsb_sys.stdin.read().split("\\n") if _l.strip()]
+_bsb_fn = getattr(Solution(), {fn!r}) if "Solution" in globals() and hasattr(Solution, {fn!r}) else {fn}
+print("\\n{marker}" + _bsb_json.dumps(_bsb_fn(*_bsb_args)))
+"""
+
+
+def extract_code(response: str) -> str | None:
+    """The last fenced code block of a response (an unclosed last fence runs to the end), or None."""
+    blocks = FENCE.findall(response)
+    return blocks[-1].strip("\n") if blocks and blocks[-1].strip() else None
+
+
+def _numbers_close(a: str, b: str) -> bool:
+    try:
+        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-6)
+    except ValueError:
+        return False
+
+
+def stdout_matches(got: str, want: str) -> bool:
+    """Line by line, whitespace-trimmed; tokens that are numbers compare within 1e-6."""
+    g, w = got.strip().splitlines(), want.strip().splitlines()
+    if len(g) != len(w):
+        return False
+    for gl, wl in zip(g, w):
+        gt, wt = gl.split(), wl.split()
+        if gt != wt and (len(gt) != len(wt) or not all(x == y or _numbers_close(x, y) for x, y in zip(gt, wt))):
+            return False
+    return True
+
+
+def returned_matches(stdout: str, want: str) -> bool:
+    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(RESULT)), None)
+    if line is None:
+        return False
+    try:
+        got, expected = json.loads(line[len(RESULT) :]), json.loads(want)
+    except json.JSONDecodeError:
+        return False
+    return got == expected or (isinstance(got, (int, float)) and isinstance(expected, (int, float)) and _numbers_close(str(got), str(expected)))
+
+
+class CodeTask(Task):
+    name = "code"
+    embedded_model = "code"  # `model: embedded` resolves to the embedded code default (bsb.tasks.tiny_model)
+
+    def __init__(self, train_file: str | None = None, val_file: str | None = None, format: str | None = None,
+                 ops: tuple[int, ...] | list[int] = (2, 3), max_operand: int = 5, timeout_s: float = 6.0, memory_mb: int = 512,
+                 workers: int = 2, suffix: str | None = None, read_len: int = 16):
+        if read_len < 1:
+            raise ValueError(f"task option read_len must be >= 1, got {read_len}")
+        if suffix is not None and not suffix:
+            raise ValueError("task option suffix must be a non-empty elicitation suffix (or None: the fenced-code one)")
+        self.ops = tuple(int(n) for n in ops)
+        if not self.ops or min(self.ops) < 1 or max(self.ops) > 8:
+            raise ValueError(f"task option ops must be operation counts in [1, 8], got {list(ops)}")
+        self.max_operand, self.read_len = max_operand, read_len
+        self.probe_suffix = suffix or CODE_SUFFIX
+        # Loaded now, so a malformed file is an error before any model is loaded.
+        self.train = load_code_problems(train_file, format) if train_file else None
+        self.val = load_code_problems(val_file, format) if val_file else None
+        self.pool = SandboxPool(workers, timeout_s=timeout_s, memory_mb=memory_mb, total_memory_mb=max(memory_mb, workers * memory_mb))
+
+    # ------------------------------------------------------------------ problems
+    def _synthetic(self, rng: random.Random, n_ops: int, pid: str) -> Problem:
+        r = make_recipe(rng, n_ops, self.max_operand)
+        tests = CodeTests(r.style, tuple(str(x) if r.style == "stdin" else json.dumps(x) for x in r.inputs),
+                          tuple(str(r.value(x)) for x in r.inputs), "f" if r.style == "function" else None)
+        return Problem(pid, r.prompt, tests, {"ops": n_ops, "solution": r.program()})
+
+    def held_out(self, n: int) -> list[Problem]:
+        if self.val is not None:
+            if n > len(self.val):
+                raise ValueError(f"task code: {n} held-out problems asked, {len(self.val)} in val_file")
+            return self.val[:n]
+        rng, out, seen = random.Random(HELD_OUT_SEED), [], set()
+        while len(out) < n:
+            p = self._synthetic(rng, self.ops[len(out) % len(self.ops)], f"val-{len(out)}")
+            if p.prompt not in seen:
+                seen.add(p.prompt)
+                out.append(p)
+        return out
+
+    def draw(self, rng: random.Random, n: int, exclude: Collection[str]) -> list[Problem]:
+        if self.train is not None:
+            pool = [p for p in self.train if p.prompt not in exclude]
+            if not pool:
+                raise ValueError("task code: every training problem is held out")
+            return [pool[rng.randrange(len(pool))] for _ in range(n)]
+        out = []
+        for _ in range(1000 * n):
+            if len(out) == n:
+                return out
+            p = self._synthetic(rng, rng.choice(self.ops), f"train-{rng.getrandbits(48):012x}")
+            if p.prompt not in exclude:
+                out.append(p)
+        raise ValueError("the held-out set covers (almost) every synthetic code problem: hold out fewer problems")
+
+    def sample(self, n: int, seed: int = 0) -> list[Problem]:
+        if self.val is not None or self.train is not None:
+            return super().sample(n, seed) if self.val is not None else self.train[:n]
+        rng = random.Random(seed + SAMPLE_SEED)
+        return [self._synthetic(rng, self.ops[i % len(self.ops)], f"code-{seed}-{i}") for i in range(n)]
+
+    def format_prompt(self, problem: Problem) -> str:
+        starter = (problem.meta or {}).get("starter_code")
+        if starter:
+            return f"{problem.prompt}\n\nStarter code:\n```python\n{starter}\n```\n"
+        return problem.prompt
+
+    # ------------------------------------------------------------------ grading
+    def answer_span(self, response: str) -> str | None:
+        return extract_code(response)
+
+    def gold_continuation(self, problem: Problem) -> str:
+        solution = (problem.meta or {}).get("solution", "")
+        return extract_code(solution) or ""
+
+    def programs(self, code: str, tests: CodeTests) -> list[tuple[str, str]]:
+        """(source, stdin) of every hidden test run."""
+        if tests.style == "stdin":
+            return [(code, i) for i in tests.inputs]
+        harness = HARNESS.format(fn=tests.fn_name, marker=RESULT)
+        return [(code + harness, i) for i in tests.inputs]
+
+    def verify(self, response: str, problem: Problem) -> Verdict:
+        tests = problem.answer
+        if not isinstance(tests, CodeTests):
+            raise TypeError(f"problem {problem.id!r} carries no CodeTests: the code task grades hidden tests")
+        code = extract_code(response)
+        if code is None:
+            return Verdict(0.0, False, "no_code", "")
+        try:
+            ast.parse(code)
+        except (SyntaxError, ValueError) as err:
+            return Verdict(0.0, False, "syntax_error", code, (("parse", str(err)),))
+        results = self.pool.map(self.programs(code, tests))
+        check = stdout_matches if tests.style == "stdin" else returned_matches
+        details, reason = [], ""
+        for run, want in zip(results, tests.outputs):
+            passed = run.ok and check(run.stdout, want)
+            details.append((run.status, passed, run.reason))
+            if not passed and not reason:
+                reason = "wrong" if run.ok else run.status
+        ok = all(d[1] for d in details)
+        return Verdict(float(ok), ok, "correct" if ok else reason, code, tuple(details))

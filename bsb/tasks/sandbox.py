@@ -1,0 +1,270 @@
+"""Running untrusted model-written programs: :func:`run_program` and :class:`SandboxPool`.
+
+The code task's reward runs a program the policy wrote against hidden tests. The program is hostile by assumption.
+Each run gets these layers (:func:`layers` says which this machine allows):
+
+============  ==============================================================================================
+layer         what it stops
+============  ==============================================================================================
+process       a fresh throwaway working directory, an empty environment, no inherited file descriptors,
+              ``python -I -S -B`` (no site-packages, no user paths); stdin carries the test input, so the
+              hidden tests never touch the disk
+rlimits       CPU seconds (infinite loops), address space (memory hogs), processes (fork bombs), file size,
+              open files, no core dumps
+supervisor    the wall-clock limit (sleeping, or blocked, programs and their children), the output limit (floods):
+              the run's process group is killed and the verdict says why
+user          as root: the program runs as an unprivileged uid with no supplementary groups and
+              ``no_new_privs``; it cannot signal the parent, write outside its directory, or read 0700 files
+namespaces    as root where ``unshare`` works: a network namespace with no interfaces up (no connections), a
+              PID namespace (the parent is invisible, and every process of the run dies with it: nothing is left
+              running), a mount namespace that covers ``/tmp``, ``/var/tmp``, ``/dev/shm``, the home directory
+              and ``hide`` paths (the repository, data files, caches) with empty tmpfs
+============  ==============================================================================================
+
+What it does not stop: CPU-time side channels, reading world-readable system files (``/etc``, ``/usr``), and, where
+namespaces are unavailable (not root, or a container that forbids ``unshare``), network access and processes that
+leave their process group (the supervisor then kills the process group only). There is no seccomp filter: no
+maintained pure-Python seccomp package installs from PyPI here (libseccomp's bindings are Debian's), and the
+namespaces and the uid cover the same syscalls' effects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "killed")
+LAUNCHER = Path(__file__).with_name("sandbox_launch.py")
+SANDBOX_UID = 61000  # base of the unprivileged uids (one per pool slot), used when running as root
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    status: str  # one of STATUSES
+    returncode: int | None  # the program's exit code (-signal when a signal ended it; None when killed by us)
+    stdout: str
+    stderr: str
+    reason: str  # why, in words ("" when ok)
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@lru_cache(maxsize=1)
+def layers() -> dict[str, bool]:
+    """Which isolation layers this machine gives a run (checked once)."""
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    ns = False
+    if root and shutil.which("unshare"):
+        try:
+            ns = subprocess.run(["unshare", "--pid", "--net", "--mount", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc", "true"],
+                                capture_output=True, timeout=20).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ns = False
+    return {"process": True, "rlimits": True, "supervisor": True, "user": root, "namespaces": ns}
+
+
+@lru_cache(maxsize=1)
+def sandbox_python() -> str:
+    """The interpreter that runs programs: ``$BSB_SANDBOX_PYTHON``, else (as root, whose home is private) a system
+    python3 the unprivileged uid can execute, else this one."""
+    chosen = os.environ.get("BSB_SANDBOX_PYTHON")
+    if chosen:
+        return chosen
+    if layers()["user"]:
+        for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
+            if os.path.exists(cand) and os.stat(cand).st_mode & 0o005 == 0o005:
+                return cand
+    return sys.executable
+
+
+def _hidden_paths(hide) -> list[str]:
+    here = Path(__file__).resolve().parents[2]  # the repository (or site-packages) holding bsb
+    cache = os.environ.get("BSB_CACHE", str(Path.home() / ".cache"))
+    paths = ["/tmp", "/var/tmp", "/dev/shm", str(Path.home()), cache, str(here), os.getcwd(), *map(str, hide)]
+    out: list[str] = []
+    for p in sorted({str(Path(p).resolve()) for p in paths if p and Path(p).exists()}):
+        if p != "/" and not any(p.startswith(q.rstrip("/") + "/") for q in out):  # a covered path's children are gone
+            out.append(p)
+    return out
+
+
+def _base_dir() -> Path:
+    """A private (0700, root-owned when root) parent for the runs' directories: a run cannot reach past it."""
+    base = Path(tempfile.mkdtemp(prefix="bsb-sandbox-"))
+    base.chmod(0o700)
+    return base
+
+
+_BASE: Path | None = None
+_BASE_LOCK = threading.Lock()
+
+
+def _base() -> Path:
+    global _BASE
+    with _BASE_LOCK:
+        if _BASE is None or not _BASE.exists():
+            _BASE = _base_dir()
+        return _BASE
+
+
+def run_program(source: str, stdin: str = "", *, timeout_s: float, memory_mb: int, output_limit: int = 1 << 20,
+                max_processes: int = 32, max_file_mb: int = 16, hide=(), slot: int = 0) -> SandboxResult:
+    """Run the Python program ``source`` with ``stdin`` under every layer this machine allows; never raises for
+    anything the program does. ``output_limit``: bytes of stdout and of stderr kept (more ends the run)."""
+    if timeout_s <= 0 or memory_mb < 16 or output_limit < 1:
+        raise ValueError(f"timeout_s must be > 0, memory_mb >= 16 and output_limit >= 1; got {timeout_s}, {memory_mb}, {output_limit}")
+    avail = layers()
+    work = Path(tempfile.mkdtemp(prefix="run-", dir=_base()))
+    uid = SANDBOX_UID + slot if avail["user"] else None
+    try:
+        (work / "prog.py").write_text(source)
+        if uid is not None:
+            os.chown(work, uid, uid)
+            os.chown(work / "prog.py", uid, uid)
+        work.chmod(0o700)
+        spec = dict(workdir=str(work), python=sandbox_python(), cpu_s=int(timeout_s) + 1, memory_mb=int(memory_mb),
+                    nproc=int(max_processes), fsize_mb=int(max_file_mb), uid=uid,
+                    hide=_hidden_paths(hide) if avail["namespaces"] else [])
+        cmd = [sys.executable, "-I", "-S", "-B", str(LAUNCHER), json.dumps(spec)]
+        if avail["namespaces"]:
+            cmd = ["unshare", "--pid", "--net", "--mount", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc", *cmd]
+        return _supervise(cmd, stdin, timeout_s, output_limit, str(work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _supervise(cmd: list[str], stdin: str, timeout_s: float, output_limit: int, cwd: str) -> SandboxResult:
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, close_fds=True,
+                            start_new_session=True, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+    writer = threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True)
+    writer.start()
+    out, err, why = bytearray(), bytearray(), None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ, out)
+    sel.register(proc.stderr, selectors.EVENT_READ, err)
+    deadline = start + timeout_s + 0.5  # + the interpreter's start-up
+    while sel.get_map():
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            why = ("timeout", f"wall-clock limit of {timeout_s:g} s")
+            break
+        for key, _ in sel.select(min(left, 0.5)):
+            chunk = os.read(key.fileobj.fileno(), 65536)
+            if not chunk:
+                sel.unregister(key.fileobj)
+                continue
+            key.data.extend(chunk)
+            if len(key.data) > output_limit:
+                why = ("output_limit", f"more than {output_limit} bytes of output")
+                break
+        if why:
+            break
+    if why is None:
+        try:
+            proc.wait(max(0.1, deadline - time.perf_counter()))
+        except subprocess.TimeoutExpired:
+            why = ("timeout", f"wall-clock limit of {timeout_s:g} s")
+    _kill(proc)
+    sel.close()
+    wall = time.perf_counter() - start
+    stdout, stderr = bytes(out[:output_limit]).decode("utf-8", "replace"), bytes(err[:output_limit]).decode("utf-8", "replace")
+    if why is not None:
+        return SandboxResult(why[0], None, stdout, stderr, why[1], wall)
+    return _verdict(proc.returncode, stdout, stderr, wall)
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+        pipe.close()
+    except (BrokenPipeError, OSError, ValueError):
+        pass
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill the run's whole process group (its PID namespace dies with the launcher) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        try:
+            pipe.close()
+        except (OSError, ValueError):
+            pass
+
+
+def _verdict(code: int, stdout: str, stderr: str, wall: float) -> SandboxResult:
+    """The launcher exits with the program's code, or 128 + the signal that ended it."""
+    if code == 0:
+        return SandboxResult("ok", 0, stdout, stderr, "", wall)
+    if code > 128:
+        sig = code - 128
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        if sig == signal.SIGXCPU:  # the CPU-seconds rlimit
+            return SandboxResult("timeout", -sig, stdout, stderr, "CPU time limit", wall)
+        return SandboxResult("killed", -sig, stdout, stderr, f"ended by {name}", wall)
+    tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    if "MemoryError" in tail or "Cannot allocate memory" in stderr:
+        return SandboxResult("memory", code, stdout, stderr, "memory limit", wall)
+    if code == 125 and tail.startswith("bsb-sandbox:"):
+        return SandboxResult("error", code, stdout, stderr, tail, wall)
+    return SandboxResult("error", code, stdout, stderr, tail or f"exit code {code}", wall)
+
+
+class SandboxPool:
+    """Many programs at once: ``workers`` concurrent runs, each with its own uid (as root), under a total memory
+    bound (``workers × memory_mb`` never exceeds ``total_memory_mb``)."""
+
+    def __init__(self, workers: int = 2, *, timeout_s: float = 6.0, memory_mb: int = 512, total_memory_mb: int = 4096, **limits):
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.workers = max(1, min(workers, total_memory_mb // memory_mb))
+        if total_memory_mb < memory_mb:
+            raise ValueError(f"total_memory_mb={total_memory_mb} cannot hold one run of memory_mb={memory_mb}")
+        self.kw = dict(timeout_s=timeout_s, memory_mb=memory_mb, **limits)
+        self._slots = list(range(self.workers))
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="bsb-sandbox")
+
+    def _run(self, source: str, stdin: str) -> SandboxResult:
+        with self._lock:
+            slot = self._slots.pop()
+        try:
+            return run_program(source, stdin, slot=slot, **self.kw)
+        finally:
+            with self._lock:
+                self._slots.append(slot)
+
+    def map(self, jobs) -> list[SandboxResult]:
+        """Run ``(source, stdin)`` pairs; results in order."""
+        return list(self._pool.map(lambda job: self._run(*job), list(jobs)))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,39 @@
+"""The code domain end to end on the CPU: `bsb train --set task=code` trains the embedded code default for two steps
+with real sandboxed hidden-test rewards, and `bsb validate` runs on it (slow: the first run trains the embedded code
+model, about 2 minutes on 2 cores, then it is cached)."""
+
+import json
+
+import pytest
+
+from bsb.eval.validate import ValidateConfig, run_validate
+from bsb.train.config import TrainConfig
+from bsb.train.trainer import Trainer
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_steps_of_code_training_with_sandboxed_rewards(tmp_path):
+    cfg = TrainConfig(task="code", steps=2, prompts_per_step=2, gen_prompts=3, chains=2, siblings=1, max_response_len=120,
+                      val_problems=6, backend="hf", dynamic_sampling=False, out_dir=str(tmp_path / "run"), progress=False, val_every=2)
+    trainer = Trainer(cfg)
+    rows = trainer.run()
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    reasons = {"correct", "wrong", "no_code", "syntax_error", "timeout", "memory", "error", "output_limit", "killed"}
+    for r in rows[1:]:  # every leaf of the step's 3 trees of M(1+k) = 4 leaves got a sandboxed verdict
+        verdicts = {k[len("verdict_"):]: v for k, v in r.items() if k.startswith("verdict_")}
+        assert set(verdicts) <= reasons and sum(verdicts.values()) == 3 * 4
+        assert r["accuracy"] == pytest.approx(verdicts.get("correct", 0) / 12)
+        assert r["probe_tokens"] > 0  # Probe-JS read the fenced-code suffix with L = 16
+    assert all(0.0 <= r["val_accuracy"] <= 1.0 for r in rows if "val_accuracy" in r)
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == len(rows)
+
+
+def test_validate_runs_on_the_embedded_code_default(tmp_path):
+    cfg = ValidateConfig(task="code", n_problems=4, m=8, n_mc=2, b=3, max_response=120, backend="hf", out_dir=str(tmp_path / "val"),
+                         progress=False, case_plots=1, selectors=("probe_js", "lens_shift", "midpoint", "random"))
+    result = run_validate(cfg)
+    assert result["chains"] == 4 and (tmp_path / "val" / "table.md").exists()
+    rows = [json.loads(line) for line in (tmp_path / "val" / "curves.jsonl").read_text().splitlines()]
+    assert all(r["gold"]["style"] in ("stdin", "function") for r in rows)  # the hidden tests, as data
