@@ -112,6 +112,8 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
                   "candidate); score: the selector's own scale at its fork; pool: candidates scored; read tokens: token-forwards "
                   "of the selector's reads; read/rollout: read time over the chain's sampling time. Kernels: "
                   f"probe_js={kernels.implementation('probe_js')}, lens={kernels.implementation('lens_logprobs')}.")
+    if judge is not None:  # the judge's read tokens are its prompt + completion; its calls and latency here
+        console.print(f"llm_judge ({cfg.judge_model}): {judge.stats.summary()}")
 
     # --- V* at the candidate boundaries of the chain with the most candidates
     k = max(range(len(chains)), key=lambda i: (len(picks["probe_js"][i].pool.positions), -i))

@@ -9,7 +9,10 @@ Generation (:func:`scripted_tokens`) is a deterministic function of the prompt a
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
 
@@ -191,3 +194,49 @@ class FakeServers:
 
     def _release_server(self, server_id, request_id=None):
         self.acquired -= 1
+
+
+# ---------------------------------------------------------------------------------------------- an LLM judge
+
+
+def n_steps(prompt: str) -> int:
+    """The number of steps the judge prompt asks to rate."""
+    return int(prompt.split("numbered 1 to ")[1].split(";")[0])
+
+
+class JudgeScript:
+    """What the scripted server replies: ``reply(prompt) -> (status, body)``; it records every request."""
+
+    def __init__(self):
+        self.requests, self.reply, self.delay = [], None, 0.0
+
+
+def judge_server(script: JudgeScript):
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the stdlib's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            script.requests.append((self.path, body, self.headers.get("Authorization")))
+            if script.delay:
+                time.sleep(script.delay)
+            prompt = body["messages"][0]["content"] if "messages" in body else body["prompt"]
+            status, text = script.reply(prompt)
+            if status != 200:
+                payload = b"server error"
+            else:
+                choice = {"message": {"role": "assistant", "content": text}} if "messages" in body else {"text": text}
+                payload = json.dumps({"choices": [choice], "usage": {"prompt_tokens": 100, "completion_tokens": 20}}).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv

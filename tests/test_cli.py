@@ -1,20 +1,32 @@
 """`bsb demo --quick` runs end to end (sampled chains, every selector, V*, the figure); `bsb train` rejects
 configs that cannot run with one clear line."""
 
+import json
+
 import pytest
+from scripted_server import JudgeScript, judge_server, n_steps
 
 from bsb.cli import main
 from bsb.engine.selectors import SELECTORS
 
 
 def test_demo_quick_prints_every_selector_and_writes_the_figure(capsys, tmp_path, monkeypatch):
+    """With a judge configured (a scripted OpenAI-compatible server), the LLM judge joins the demo's selectors."""
     monkeypatch.setenv("BSB_CACHE", str(tmp_path / "cache"))
+    script = JudgeScript()
+    script.reply = lambda p: (200, json.dumps({"scores": list(range(n_steps(p)))}))
+    srv = judge_server(script)
     png = tmp_path / "demo.png"
-    assert main(["demo", "--quick", "--out", str(png)]) == 0
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        assert main(["demo", "--quick", "--out", str(png), "--judge-url", url, "--judge-model", "judge"]) == 0
+    finally:
+        srv.shutdown()
     out = capsys.readouterr().out
     for name in SELECTORS:
         if name != "bsv":
             assert name[:8] in out
+    assert script.requests and "llm_judge (judge)" in out  # the judge was asked, and its cost reported
     assert "V* of chain" in out and "figure:" in out and "demo wall time" in out
     assert png.exists() and png.read_bytes()[:4] == b"\x89PNG"
 

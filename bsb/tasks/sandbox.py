@@ -30,6 +30,7 @@ namespaces and the uid cover the same syscalls' effects.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import selectors
@@ -119,6 +120,7 @@ def _base() -> Path:
     with _BASE_LOCK:
         if _BASE is None or not _BASE.exists():
             _BASE = _base_dir()
+            atexit.register(shutil.rmtree, _BASE, True)
         return _BASE
 
 
@@ -243,6 +245,10 @@ class SandboxPool:
         if total_memory_mb < memory_mb:
             raise ValueError(f"total_memory_mb={total_memory_mb} cannot hold one run of memory_mb={memory_mb}")
         self.kw = dict(timeout_s=timeout_s, memory_mb=memory_mb, **limits)
+        check = run_program("print(6 * 7)", timeout_s=max(timeout_s, 10.0), memory_mb=memory_mb)
+        if check.stdout != "42\n":  # e.g. an interpreter the sandbox uid cannot execute: every run would fail
+            raise RuntimeError(f"the sandbox cannot run a trivial program ({check.status}: {check.reason}); interpreter "
+                               f"{sandbox_python()}, layers {layers()}; set BSB_SANDBOX_PYTHON to a python3 the sandbox can run")
         self._slots = list(range(self.workers))
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="bsb-sandbox")

@@ -3,11 +3,10 @@
 cost reported, and the fork at the judge's top-rated step."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
+from scripted_server import JudgeScript, judge_server, n_steps
 
 from bsb.engine.judge import JudgeError, LocalJudge, OpenAIJudge, judge_prompt, parse_scores
 from bsb.engine.selectors import ChainInput, SelectorConfig, make_selector
@@ -21,50 +20,10 @@ def decode(ids):
     return " ".join("\n" if i == NL else f"w{i}" for i in ids)
 
 
-class Script:
-    """What the scripted server replies: ``reply(prompt) -> (status, body)``; it records every request."""
-
-    def __init__(self):
-        self.requests, self.reply, self.delay = [], None, 0.0
-
-
-def _server(script: Script):
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - the stdlib's name
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            script.requests.append((self.path, body, self.headers.get("Authorization")))
-            if script.delay:
-                import time
-
-                time.sleep(script.delay)
-            prompt = body["messages"][0]["content"] if "messages" in body else body["prompt"]
-            status, text = script.reply(prompt)
-            if status != 200:
-                payload = b"server error"
-            else:
-                choice = {"message": {"role": "assistant", "content": text}} if "messages" in body else {"text": text}
-                payload = json.dumps({"choices": [choice], "usage": {"prompt_tokens": 100, "completion_tokens": 20}}).encode()
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-
-        def log_message(self, *args):
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv
-
-
 @pytest.fixture
 def scripted():
-    script = Script()
-    srv = _server(script)
+    script = JudgeScript()
+    srv = judge_server(script)
     yield script, f"http://127.0.0.1:{srv.server_address[1]}"
     srv.shutdown()
 
@@ -79,15 +38,11 @@ def _selector(url, endpoint="chat", timeout=5.0):
     return make_selector("llm_judge", SelectorConfig(judge=judge, decode=decode)), judge
 
 
-def _n_steps(prompt: str) -> int:
-    return int(prompt.split("numbered 1 to ")[1].split(";")[0])
-
-
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
 def test_the_fork_is_the_judges_top_rated_step(scripted, endpoint, monkeypatch):
     script, url = scripted
     monkeypatch.setenv("BSB_TEST_JUDGE_KEY", "sk-test")
-    script.reply = lambda p: (200, "Sure! " + json.dumps({"scores": [2, 9, 4][: _n_steps(p)]}) + " done")
+    script.reply = lambda p: (200, "Sure! " + json.dumps({"scores": [2, 9, 4][: n_steps(p)]}) + " done")
     sel, judge = _selector(url, endpoint)
     choice = sel.select([_chain()], MASK).choices[0]
     assert choice.pool.positions == [3, 6, 9] and choice.scores == [2.0, 9.0, 4.0] and choice.fork == 6 and not choice.fallback

@@ -152,3 +152,16 @@ def test_every_status_is_documented():
     assert STATUSES == ("ok", "error", "timeout", "memory", "output_limit", "killed")
     r = run_program("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", **LIMITS)
     assert r.status == "killed" and r.returncode == -signal.SIGKILL and "SIGKILL" in r.reason
+
+
+def test_a_pool_whose_interpreter_cannot_run_is_refused_at_once(monkeypatch, tmp_path):
+    from bsb.tasks import sandbox
+
+    monkeypatch.setenv("BSB_SANDBOX_PYTHON", str(tmp_path / "no-python"))
+    sandbox.sandbox_python.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="cannot run a trivial program.*BSB_SANDBOX_PYTHON"):
+            SandboxPool(1)
+    finally:
+        monkeypatch.delenv("BSB_SANDBOX_PYTHON")
+        sandbox.sandbox_python.cache_clear()
