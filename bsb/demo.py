@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bsb.engine.selectors import SELECTORS, ChainInput, SelectorConfig, make_selector
-from bsb.eval.offline import OfflineConfig, judge_client
+from bsb.eval.offline import OfflineConfig, gold_label, judge_client
 
 
 @dataclass
@@ -92,7 +92,7 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
             read_s[name].append(time.perf_counter() - t0)
 
     for i, (ch, text) in enumerate(zip(chains, texts)):
-        console.rule(f"chain {i}: {problems[i][0].strip()[:100]}  (gold {str(problems[i][1])[:60]}; {'correct' if correct[i] else 'wrong'})")
+        console.rule(f"chain {i}: {problems[i][0].strip()[:100]}  (gold {gold_label(problems[i][1])}; {'correct' if correct[i] else 'wrong'})")
         console.print(text, markup=False, highlight=False)
         table = Table(title=f"chain {i}: {len(ch.response)} tokens, rollout {1000 * rollout_s[i]:.0f} ms")
         for col in ("selector", "fork t", "score", "pool", "read tokens", "read ms", "read/rollout"):
@@ -135,7 +135,7 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     flips = {name: _flip_mass(xs, vs, picks[name][k].fork) for name in names}
     png = case_plot(cfg.out, xs, vs, {n: picks[n][k].fork for n in names}, belief=belief + [math.nan], js=js + [0.0],
                     chain_len=len(ch.response), captured=flips,
-                    title=f"chain {k}: {problems[k][0].strip()[:80]} (gold {str(gold)[:40]}); V* from {cfg.n_mc} completions per boundary")
+                    title=f"chain {k}: {problems[k][0].strip()[:80]} (gold {gold_label(gold)}); V* from {cfg.n_mc} completions per boundary")
     total = time.perf_counter() - t_start
     console.print(f"V* of chain {k} at t={xs}: {', '.join(f'{x:.2f}' for x in vs)} ({mc_s:.1f}s for {len(cuts) * cfg.n_mc} completions)")
     best = max(names, key=lambda n: flips[n])

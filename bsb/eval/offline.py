@@ -31,6 +31,13 @@ def jsonable(value):
     return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else str(value)
 
 
+def gold_label(answer) -> str:
+    """A short label of a gold answer for titles: the answer, or the number of hidden tests (the code task)."""
+    if isinstance(answer, (str, int, float)):
+        return str(answer)[:40]
+    return f"{len(answer)} hidden tests" if hasattr(answer, "__len__") else str(answer)[:40]
+
+
 def judge_client(cfg: OfflineConfig):
     """The judge of ``llm_judge`` the config names (None when it names none)."""
     if cfg.judge_url is None:

@@ -35,7 +35,7 @@ import numpy as np
 from bsb.engine.boundaries import CandidatePool, candidate_pool, newline_token_mask
 from bsb.engine.selectors import SELECTORS, CannotScore, ChainInput, SelectorConfig, make_selector
 from bsb.engine.vllm_backend import rollout_backend
-from bsb.eval.offline import OfflineConfig, jsonable, judge_client
+from bsb.eval.offline import OfflineConfig, gold_label, jsonable, judge_client
 from bsb.eval.reconstruction import is_flat, oracle_floor, reconstruction_error, top_b
 from bsb.eval.value_curve import CompletionStore, answer_belief, mc_values
 from bsb.tasks.prompting import render_prompt
@@ -202,7 +202,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     floor = float(np.mean([r["floor"] for r in live])) if live else math.nan
     ranked = sorted(names, key=lambda n: mean_e[n]) if live else []
     mark = dict(zip(ranked[:2], ("**", "_")))
-    label = "embedded default" if cfg.model == "embedded" else path.name
+    label = f"embedded default ({task.name})" if cfg.model == "embedded" else path.name
     title = f"{label}: {len(live)} non-flat of {len(curves)} chains ({skipped} without a newline boundary), B={cfg.b}, N_MC={cfg.n_mc}"
     table = Table(title=title)
     for col in ("selector", "mean E", "± s.e.", "excess over floor", "fallbacks", "flip mass captured"):
@@ -258,7 +258,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         js = r["scores"].get("probe_js")
         case_plot(out / f"case_{r['id']}.png", r["cuts"], r["v_star"], forks, belief=belief,
                   js=[0.0 if x is None else x for x in js] if js else None, chain_len=len(r["response"]), captured=captured,
-                  title=f"{r['prompt'].strip()[:80]} (gold {str(r['gold'])[:40]}); top-1 forks; flip mass of each top-{cfg.b}")
+                  title=f"{r['prompt'].strip()[:80]} (gold {gold_label(problems[i].answer)}); top-1 forks; flip mass of each top-{cfg.b}")
     console.print(f"wrote {out / 'table.md'}, {out / 'curves.jsonl'}, figures in {out}")
     return {"mean_error": mean_e, "sem": sem, "floor": floor, "ranking": ranked, "non_flat": len(live), "chains": len(curves),
             "contrast": contrast, "completions": len(store)}
