@@ -22,7 +22,8 @@ import random
 import re
 from collections.abc import Collection
 
-from bsb.tasks.code_problems import CodeTests, load_code_problems
+from bsb.tasks.code_problems import CodeTests, load_code_problems, parse_tests
+from bsb.tasks.schemas import RowError
 from bsb.tasks.sandbox import SandboxPool
 from bsb.tasks.synthetic_code import make_recipe
 from bsb.tasks.task import Problem, Task, Verdict
@@ -145,6 +146,18 @@ class CodeTask(Task):
         return problem.prompt
 
     # ------------------------------------------------------------------ grading
+    def parse_answer(self, raw) -> CodeTests:
+        """Hidden tests from a gold answer stored elsewhere (a verl row's ``reward_model.ground_truth``): CodeTests, or
+        the tests in any shape the loaders read (JSON text, a list, a dict), with ``fn_name`` inside."""
+        if isinstance(raw, CodeTests):
+            return raw
+        if isinstance(raw, dict) and "tests" in raw:
+            return parse_tests(raw["tests"], "ground_truth.tests", raw.get("fn_name"))
+        try:
+            return parse_tests(raw, "ground_truth")
+        except RowError as err:
+            raise ValueError(f"the code task cannot read hidden tests from this gold answer: {err}") from None
+
     def answer_span(self, response: str) -> str | None:
         return extract_code(response)
 

@@ -172,3 +172,14 @@ def test_the_estimator_reads_its_options_from_the_bsb_section_of_the_root_config
     config = compose(*overrides, "bsb.prefix_beta=0.25", "bsb.zero_cont_token_mass=true")
     assert estimator_options(config.algorithm) == dict(beta=0.25, alpha=0.5, clamped=False, zero_cont_mass=True)
     assert estimator_options(OmegaConf.create({"gamma": 1.0})) == dict(beta=0.0, alpha=0.5, clamped=False, zero_cont_mass=False)
+
+
+def test_a_code_rows_ground_truth_becomes_the_code_tasks_hidden_tests():
+    from bsb.integrations.verl.tree_loop import problem_from_row
+    from bsb.tasks.code_problems import CodeTests
+    from bsb.tasks.code_task import CodeTask
+
+    tests = '[{"input": "2\\n", "output": "4\\n", "testtype": "stdin"}]'
+    problem = problem_from_row(dict(ROW, reward_model={"ground_truth": tests}), CodeTask(workers=1))
+    assert problem.answer == CodeTests("stdin", ("2\n",), ("4\n",))
+    assert problem_from_row(ROW).answer == "even"  # a task without parse_answer keeps the ground truth as it is

@@ -163,3 +163,11 @@ def test_training_programs_are_deterministic_and_carry_detours():
     assert [t for _, t in a] == [t for _, t in b]
     wrong = sum(text != r.program() for r, text in a)
     assert 20 <= wrong <= 60  # detour_frac 0.2
+
+
+def test_hidden_tests_parse_from_a_gold_answer_stored_as_json(task):
+    tests = [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]
+    assert task.parse_answer(json.dumps(tests)) == CodeTests("stdin", ("1 2\n",), ("3\n",))
+    assert task.parse_answer({"tests": [{"input": "[1]", "output": "2", "testtype": "functional"}], "fn_name": "g"}).fn_name == "g"
+    with pytest.raises(ValueError, match="cannot read hidden tests"):
+        task.parse_answer("42")

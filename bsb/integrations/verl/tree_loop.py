@@ -85,8 +85,9 @@ def tree_kit(config, tokenizer) -> TreeKit:
     return _KITS[key]
 
 
-def problem_from_row(row: Mapping[str, Any]) -> Problem:
-    """The bsb problem of a verl dataset row: its uid, the last user message, ``reward_model.ground_truth``."""
+def problem_from_row(row: Mapping[str, Any], task: Task | None = None) -> Problem:
+    """The bsb problem of a verl dataset row: its uid, the last user message, ``reward_model.ground_truth`` (read by the
+    task's ``parse_answer`` when it has one: the code task's hidden tests)."""
     reward_model = row.get("reward_model") or {}
     if "ground_truth" not in reward_model:
         raise ValueError(f"dataset row {row.get('uid')!r} has no reward_model.ground_truth: bsb's verifier needs the gold answer "
@@ -95,7 +96,9 @@ def problem_from_row(row: Mapping[str, Any]) -> Problem:
     text = next((m.get("content", "") for m in reversed(messages) if isinstance(m, Mapping) and m.get("role") == "user"), "")
     meta = dict(row.get("extra_info") or {})
     meta.setdefault("data_source", row.get("data_source"))
-    return Problem(str(row.get("uid")), str(text), reward_model["ground_truth"], meta)
+    parse = getattr(task, "parse_answer", None)
+    answer = parse(reward_model["ground_truth"]) if parse is not None else reward_model["ground_truth"]
+    return Problem(str(row.get("uid")), str(text), answer, meta)
 
 
 @register("bsb_tree")
@@ -108,20 +111,24 @@ class BsbTreeAgentLoop(AgentLoopBase):
         kit = tree_kit(self.config, self.tokenizer)
         s, loop = kit.settings, asyncio.get_running_loop()
         prompt_ids = await self.ct_build_initial_tokens(list(kwargs["raw_prompt"]))
-        problem = problem_from_row(kwargs)
+        problem = problem_from_row(kwargs, kit.task)
         request_id = uuid4().hex  # root, probes and siblings: one sticky replica, one warm prefix cache
         response_length = int(self.rollout_config.response_length)
 
         steps: list[int] = []  # the policy versions (global steps) the servers generated with
 
-        async def generate(ids: list[int], params: dict):
+        async def call(ids: list[int], params: dict):
             out = await self.server_manager.generate(request_id=request_id, prompt_ids=ids, sampling_params=params)
             steps.extend(out.extra_fields[k] for k in ("global_steps", "min_global_steps", "max_global_steps")
                          if out.extra_fields.get(k) is not None)
+            return out
+
+        async def generate(ids: list[int], params: dict):
+            out = await call(ids, params)
             return out.token_ids, out.log_probs
 
-        async def generate_extra(ids: list[int], params: dict):
-            out = await self.server_manager.generate(request_id=request_id, prompt_ids=ids, sampling_params=params)
+        async def generate_extra(ids: list[int], params: dict):  # the prompt_logprobs probe reads extra_fields
+            out = await call(ids, params)
             return out.token_ids, out.extra_fields
 
         async def read(prefix, cuts, suffix, read_len, k, seed):
