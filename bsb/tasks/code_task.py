@@ -23,8 +23,8 @@ import re
 from collections.abc import Collection
 
 from bsb.tasks.code_problems import CodeTests, load_code_problems, parse_tests
-from bsb.tasks.schemas import RowError
 from bsb.tasks.sandbox import SandboxPool
+from bsb.tasks.schemas import RowError
 from bsb.tasks.synthetic_code import make_recipe
 from bsb.tasks.task import Problem, Task, Verdict
 
