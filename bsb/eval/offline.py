@@ -3,6 +3,7 @@ format, the device and dtype, and (validate, demo) an optional LLM judge for the
 
 from __future__ import annotations
 
+from collections.abc import Sized
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def gold_label(answer) -> str:
     """A short label of a gold answer for titles: the answer, or the number of hidden tests (the code task)."""
     if isinstance(answer, (str, int, float)):
         return str(answer)[:40]
-    return f"{len(answer)} hidden tests" if hasattr(answer, "__len__") else str(answer)[:40]
+    return f"{len(answer)} hidden tests" if isinstance(answer, Sized) else str(answer)[:40]
 
 
 def judge_client(cfg: OfflineConfig):

@@ -68,7 +68,7 @@ class SandboxResult:
 @lru_cache(maxsize=1)
 def layers() -> dict[str, bool]:
     """Which isolation layers this machine gives a run (checked once)."""
-    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    root = getattr(os, "geteuid", lambda: -1)() == 0
     ns = False
     if root and shutil.which("unshare"):
         try:
