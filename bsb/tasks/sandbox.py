@@ -220,18 +220,19 @@ def _verdict(code: int, stdout: str, stderr: str, wall: float) -> SandboxResult:
     """The launcher exits with the program's code, or 128 + the signal that ended it."""
     if code == 0:
         return SandboxResult("ok", 0, stdout, stderr, "", wall)
-    if code > 128:
-        sig = code - 128
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+    if code > 128 or code < 0:  # a signal ended the program (> 128), or the launcher itself (< 0)
+        sig = code - 128 if code > 128 else -code
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
         if sig == signal.SIGXCPU:  # the CPU-seconds rlimit
             return SandboxResult("timeout", -sig, stdout, stderr, "CPU time limit", wall)
         return SandboxResult("killed", -sig, stdout, stderr, f"ended by {name}", wall)
     tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
     if "MemoryError" in tail or "Cannot allocate memory" in stderr:
         return SandboxResult("memory", code, stdout, stderr, "memory limit", wall)
-    if code == 125 and tail.startswith("bsb-sandbox:"):
-        return SandboxResult("error", code, stdout, stderr, tail, wall)
-    return SandboxResult("error", code, stdout, stderr, tail or f"exit code {code}", wall)
+    return SandboxResult("error", code, stdout, stderr, tail or f"exit code {code}", wall)  # 125: the launcher's own failure
 
 
 class SandboxPool:
