@@ -14,6 +14,8 @@ import json
 import math
 import os
 import random
+import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -114,10 +116,19 @@ def train_tiny_model(cfg: TinyConfig = TinyConfig(), out_dir: str | Path | None 
         if step % 20 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
     seconds = time.perf_counter() - start
-    out.mkdir(parents=True, exist_ok=True)
-    model.eval().save_pretrained(out)
-    tok.save_pretrained(out)
-    (out / "bsb_train.json").write_text(json.dumps({"config": asdict(cfg), "seconds": seconds, "final_loss": losses[-1]}, indent=1))
+    # Written beside the cache entry, then renamed into place: a killed run or a concurrent one never leaves a
+    # half-written checkpoint where another process would load it (one without bsb_train.json is rebuilt).
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    model.eval().save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "bsb_train.json").write_text(json.dumps({"config": asdict(cfg), "seconds": seconds, "final_loss": losses[-1]}, indent=1))
+    if out.exists() and not (out / "bsb_train.json").exists():
+        shutil.rmtree(out)  # a half-written checkpoint (a run killed while saving, before this code wrote atomically)
+    try:
+        os.replace(tmp, out)
+    except OSError:  # another process finished the same model first: keep its copy
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

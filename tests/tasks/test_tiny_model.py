@@ -58,3 +58,14 @@ def test_embedded_resolves_per_task(monkeypatch, tmp_path):
     tiny_model.resolve_model("embedded", make_task("arith"))
     tiny_model.resolve_model("embedded")
     assert [c.task for c in seen] == ["code", "arith", "arith"] and seen[0] == tiny_model.EMBEDDED_CODE
+
+
+def test_a_half_written_cache_entry_is_rebuilt_not_loaded(tmp_path, monkeypatch):
+    monkeypatch.setenv("BSB_CACHE", str(tmp_path))
+    half = tmp_path / SMALL.key()
+    half.mkdir()
+    (half / "config.json").write_text("{ truncated")  # a run killed while saving: no bsb_train.json
+    path = train_tiny_model(SMALL, progress=False)
+    assert path == half and (path / "bsb_train.json").exists()
+    transformers.AutoModelForCausalLM.from_pretrained(path)  # a whole checkpoint now
+    assert [p.name for p in tmp_path.iterdir()] == [SMALL.key()]  # no temporary directory left beside it
