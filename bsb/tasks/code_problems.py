@@ -30,7 +30,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from bsb.tasks.problems import read_rows
+from bsb.tasks.problems import read_rows, rows_to_problems
 from bsb.tasks.schemas import RowError
 from bsb.tasks.task import Problem
 
@@ -197,20 +197,12 @@ def load_code_problems(path: str | Path, format: str | None = None) -> list[Prob
     rows = read_rows(path)
     if not rows:
         raise ValueError(f"{path} holds no problems")
-    out, seen = [], set()
-    for i, (where, row) in enumerate(rows):
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}, {where}: expected an object")
+
+    def read(row: dict, i: int) -> Problem:
         kind = format or detect_code_format(row)
         if kind is None:
-            raise ValueError(f"{path}, {where}: not a DeepCoder (problem, tests) or LiveCodeBench (question_content, "
-                             f"private_test_cases) row; columns found: {', '.join(map(str, row))}")
-        try:
-            problem = READERS[kind](row, i, path.stem)
-        except RowError as err:
-            raise ValueError(f"{path}, {where}: {err}") from None
-        if problem.id in seen:
-            raise ValueError(f"{path}, {where}: duplicate id {problem.id!r}")
-        seen.add(problem.id)
-        out.append(problem)
-    return out
+            raise RowError(f"not a DeepCoder (problem, tests) or LiveCodeBench (question_content, private_test_cases) row; "
+                           f"columns found: {', '.join(map(str, row))}")
+        return READERS[kind](row, i, path.stem)
+
+    return rows_to_problems(path, rows, read, "an object")

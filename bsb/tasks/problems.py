@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +59,25 @@ def read_rows(path: str | Path) -> list[tuple[str, object]]:
     raise ValueError(f"{path}: unknown problem file type {path.suffix!r}; use {', '.join(SUFFIXES)}")
 
 
+def rows_to_problems(path: Path, rows: list[tuple[str, object]], read: Callable[[dict, int], Problem],
+                     what: str = "an object with prompt and answer fields") -> list[Problem]:
+    """Every row through ``read(row, index)``: a row that is not an object, a :class:`RowError` (re-raised naming the file
+    and the row) or a duplicate id is an error."""
+    problems, seen = [], set()
+    for i, (where, row) in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}, {where}: expected {what}")
+        try:
+            problem = read(row, i)
+        except RowError as err:
+            raise ValueError(f"{path}, {where}: {err}") from None
+        if problem.id in seen:
+            raise ValueError(f"{path}, {where}: duplicate id {problem.id!r}")
+        seen.add(problem.id)
+        problems.append(problem)
+    return problems
+
+
 def load_problem_set(path: str | Path, format: str | None = None, seed: int = 0) -> ProblemSet:
     """Every problem of ``path`` in schema ``format`` (None: recognised from the first row). ``seed`` fixes the
     per-question option order of multiple-choice sets."""
@@ -67,27 +87,20 @@ def load_problem_set(path: str | Path, format: str | None = None, seed: int = 0)
     rows = read_rows(path)
     if not rows:
         raise ValueError(f"{path} holds no problems")
-    problems, seen, schema = [], set(), format
-    for i, (where, row) in enumerate(rows):
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}, {where}: expected an object with prompt and answer fields")
+    schema = [format]  # recognised from the first row when not named
+
+    def read(row: dict, i: int) -> Problem:
         found = detect(row)
-        if schema is None:
+        if schema[0] is None:
             if found is None:
-                raise ValueError(f"{path}, {where}: unknown schema; recognised: {', '.join(SCHEMAS)}; columns found: {', '.join(map(str, row))}")
-            schema = found
-        elif format is None and found != schema:
-            raise ValueError(f"{path}, {where}: a {found or 'unknown'}-schema row in a {schema} file (columns: {', '.join(map(str, row))}); "
-                             "one schema per file")
-        try:
-            problem = SCHEMAS[schema][0](row, i, path.stem, seed)
-        except RowError as err:
-            raise ValueError(f"{path}, {where}: {err}") from None
-        if problem.id in seen:
-            raise ValueError(f"{path}, {where}: duplicate id {problem.id!r}")
-        seen.add(problem.id)
-        problems.append(problem)
-    return ProblemSet(path, schema, problems, [str(c) for c in rows[0][1]])
+                raise RowError(f"unknown schema; recognised: {', '.join(SCHEMAS)}; columns found: {', '.join(map(str, row))}")
+            schema[0] = found
+        elif format is None and found != schema[0]:
+            raise RowError(f"a {found or 'unknown'}-schema row in a {schema[0]} file (columns: {', '.join(map(str, row))}); one schema per file")
+        return SCHEMAS[schema[0]][0](row, i, path.stem, seed)
+
+    problems = rows_to_problems(path, rows, read)
+    return ProblemSet(path, schema[0], problems, [str(c) for c in rows[0][1]])
 
 
 def load_problems(path: str | Path, format: str | None = None, seed: int = 0) -> list[Problem]:
