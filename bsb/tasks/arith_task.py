@@ -16,7 +16,7 @@ from collections.abc import Collection
 from bsb.tasks.math_grader import ANSWER_PREFIX
 from bsb.tasks.math_task import MathTask
 from bsb.tasks.synthetic import make_problem
-from bsb.tasks.task import Problem
+from bsb.tasks.task import Problem, draw_fresh
 
 HELD_OUT_SEED = 10**9  # the held-out set's generator seed (independent of the run's seed)
 SAMPLE_SEED = 4242  # offset of the offline commands' problems (bsb validate / evaluate / demo)
@@ -52,14 +52,7 @@ class ArithTask(MathTask):
                          "ask for fewer held-out problems or widen the task")
 
     def draw(self, rng: random.Random, n: int, exclude: Collection[str]) -> list[Problem]:
-        out = []
-        for _ in range(1000 * n):
-            if len(out) == n:
-                return out
-            p = self._problem(rng, rng.choice(self.ops), f"train-{rng.getrandbits(48):012x}")
-            if p.prompt not in exclude:
-                out.append(p)
-        raise ValueError("the held-out set covers (almost) every arith problem of this difficulty: hold out fewer problems")
+        return draw_fresh(lambda r: self._problem(r, r.choice(self.ops), f"train-{r.getrandbits(48):012x}"), rng, n, exclude, "arith")
 
     def sample(self, n: int, seed: int = 0) -> list[Problem]:
         rng = random.Random(seed + SAMPLE_SEED)

@@ -26,7 +26,7 @@ from bsb.tasks.code_problems import CodeTests, load_code_problems, parse_tests
 from bsb.tasks.sandbox import SandboxPool
 from bsb.tasks.schemas import RowError
 from bsb.tasks.synthetic_code import make_recipe
-from bsb.tasks.task import Problem, Task, Verdict
+from bsb.tasks.task import Problem, Task, Verdict, draw_fresh
 
 CODE_SUFFIX = "\nFinal program:\n```python\n"
 FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
@@ -124,14 +124,7 @@ class CodeTask(Task):
             if not pool:
                 raise ValueError("task code: every training problem is held out")
             return [pool[rng.randrange(len(pool))] for _ in range(n)]
-        out = []
-        for _ in range(1000 * n):
-            if len(out) == n:
-                return out
-            p = self._synthetic(rng, rng.choice(self.ops), f"train-{rng.getrandbits(48):012x}")
-            if p.prompt not in exclude:
-                out.append(p)
-        raise ValueError("the held-out set covers (almost) every synthetic code problem: hold out fewer problems")
+        return draw_fresh(lambda r: self._synthetic(r, r.choice(self.ops), f"train-{r.getrandbits(48):012x}"), rng, n, exclude, "synthetic code")
 
     def sample(self, n: int, seed: int = 0) -> list[Problem]:
         if self.val is not None or self.train is not None:

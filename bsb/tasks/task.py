@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -43,6 +43,19 @@ class Verdict:
     reason: str = ""  # "correct", "wrong", "no_answer", "gate", "hostile", "timeout", ... (counted in metrics)
     answer: str = ""  # the normalised committed answer ("" when there is none): what votes compare
     details: tuple = ()  # per-check results kept for analysis (code: one (status, passed, reason) per hidden test)
+
+
+def draw_fresh(make: Callable[[random.Random], Problem], rng: random.Random, n: int, exclude: Collection[str], what: str) -> list[Problem]:
+    """``n`` generated problems (``make(rng)``) whose prompts are not in ``exclude``: a synthetic task's
+    :meth:`Task.draw`; an error when the generator keeps repeating held-out prompts."""
+    out = []
+    for _ in range(1000 * n):
+        if len(out) == n:
+            return out
+        p = make(rng)
+        if p.prompt not in exclude:
+            out.append(p)
+    raise ValueError(f"the held-out set covers (almost) every {what} problem of this difficulty: hold out fewer problems")
 
 
 class Task(ABC):
