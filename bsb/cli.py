@@ -15,9 +15,12 @@ def _judge(args: argparse.Namespace) -> dict:
 def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from bsb.demo import DemoConfig, run_demo
 
-    cfg = DemoConfig(model=args.model, problems=args.problems, task=args.task, task_options=_task_options(args.task_option, parser),
-                     prompt_format=args.prompt_format, device=args.device, dtype=args.dtype, **_judge(args),
-                     n_problems=args.chains, max_response=args.max_response, n_mc=args.n_mc, seed=args.seed, out=args.out, quick=args.quick)
+    try:
+        cfg = DemoConfig(model=args.model, problems=args.problems, task=args.task, task_options=_task_options(args.task_option, parser),
+                         prompt_format=args.prompt_format, device=args.device, dtype=args.dtype, **_judge(args),
+                         n_problems=args.chains, max_response=args.max_response, n_mc=args.n_mc, seed=args.seed, out=args.out, quick=args.quick)
+    except ValueError as err:
+        parser.error(str(err))
     if args.quick:
         cfg.n_problems, cfg.n_mc, cfg.max_response = min(cfg.n_problems, 2), min(cfg.n_mc, 2), min(cfg.max_response, 64)
     run_demo(cfg)

@@ -103,3 +103,10 @@ def test_train_help_lists_every_config_field_with_its_help(capsys, monkeypatch):
     for f in dataclasses.fields(TrainConfig):
         assert f.metadata.get("help"), f.name
         assert f"  {f.name} = " in out and f.metadata["help"].split(";")[0][:40] in out, f.name
+
+
+@pytest.mark.parametrize("command", ["validate", "demo"])
+def test_a_judge_url_without_a_model_is_a_usage_error(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--judge-url", "http://127.0.0.1:9"])
+    assert "--judge-url needs --judge-model" in capsys.readouterr().err

@@ -24,6 +24,12 @@ class OfflineConfig:
     judge_template: str | None = None  # a prompt template file (default: bsb/engine/judge_prompt.txt)
     judge_timeout_s: float = 60.0
 
+    def __post_init__(self):
+        if self.judge_url is not None and not self.judge_model:
+            raise ValueError("--judge-url needs --judge-model (the model name at that endpoint, or a local checkpoint with --judge-url local)")
+        if self.judge_endpoint not in ("chat", "completions"):
+            raise ValueError(f"judge endpoint must be chat or completions, got {self.judge_endpoint!r}")
+
 
 def jsonable(value):
     """``json.dumps`` default for what a task keeps as a gold answer (the code task's CodeTests: its fields)."""

@@ -65,6 +65,7 @@ class ValidateConfig(OfflineConfig):
     progress: bool = True
 
     def __post_init__(self):
+        super().__post_init__()
         self.selectors = tuple(self.selectors)
         bad = [s for s in self.selectors if s not in SELECTORS]
         if bad:
