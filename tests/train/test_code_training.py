@@ -5,6 +5,7 @@ model, about 2 minutes on 2 cores, then it is cached)."""
 import json
 
 import pytest
+from scripted_server import JudgeScript, judge_server, n_steps
 
 from bsb.eval.validate import ValidateConfig, run_validate
 from bsb.train.config import TrainConfig
@@ -30,10 +31,23 @@ def test_two_steps_of_code_training_with_sandboxed_rewards(tmp_path):
     assert len(metrics) == len(rows)
 
 
-def test_validate_runs_on_the_embedded_code_default(tmp_path):
-    cfg = ValidateConfig(task="code", n_problems=4, m=8, n_mc=2, b=3, max_response=120, backend="hf", out_dir=str(tmp_path / "val"),
-                         progress=False, case_plots=1, selectors=("probe_js", "lens_shift", "midpoint", "random"))
-    result = run_validate(cfg)
+def test_validate_runs_on_the_embedded_code_default_with_an_llm_judge(tmp_path):
+    """The judge (a scripted OpenAI-compatible endpoint that rates the last step highest) joins the selectors."""
+    script = JudgeScript()
+    script.reply = lambda p: (200, json.dumps({"scores": [1] * (n_steps(p) - 1) + [9]}))
+    srv = judge_server(script)
+    try:
+        cfg = ValidateConfig(task="code", n_problems=4, m=8, n_mc=2, b=3, max_response=120, backend="hf", out_dir=str(tmp_path / "val"),
+                             progress=False, case_plots=1, selectors=("probe_js", "lens_shift", "midpoint", "random"),
+                             judge_url=f"http://127.0.0.1:{srv.server_address[1]}", judge_model="judge")
+        result = run_validate(cfg)
+    finally:
+        srv.shutdown()
     assert result["chains"] == 4 and (tmp_path / "val" / "table.md").exists()
+    assert "llm_judge" in result["mean_error"] and "| llm_judge |" in (tmp_path / "val" / "table.md").read_text()
+    assert len(script.requests) >= 1
     rows = [json.loads(line) for line in (tmp_path / "val" / "curves.jsonl").read_text().splitlines()]
     assert all(r["gold"]["style"] in ("stdin", "function") for r in rows)  # the hidden tests, as data
+    for r in rows:  # the judge rated the last step 9, every other 1: its scores, and the last boundary is kept
+        n = len(r["cuts"])
+        assert r["scores"]["llm_judge"] == [1.0] * (n - 1) + [9.0] and n - 1 in r["top_b"]["llm_judge"]
