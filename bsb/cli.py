@@ -15,6 +15,10 @@ def _judge(args: argparse.Namespace) -> dict:
 def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from bsb.demo import DemoConfig, run_demo
 
+    if args.chains < 1 or args.max_response < 8 or args.n_mc < 1:
+        parser.error("--chains and --n-mc must be >= 1 and --max-response >= 8")
+    if args.model != "embedded" and args.problems is None:
+        parser.error("a model other than the embedded default needs a problem file: bsb demo MODEL PROBLEMS")
     try:
         cfg = DemoConfig(model=args.model, problems=args.problems, task=args.task, task_options=_task_options(args.task_option, parser),
                          prompt_format=args.prompt_format, device=args.device, dtype=args.dtype, **_judge(args),
@@ -228,25 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     swp.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="overrides applied to every config")
     swp.add_argument("--summarize-only", action="store_true", help="write the table and figure from finished runs, train nothing")
     args = parser.parse_args(argv)
-    if args.command == "sweep":
-        return _sweep(args, parser)
-    if args.command == "data":
-        return _data(args, parser)
-    if args.command == "cost":
-        return _cost(args, parser)
-    if args.command == "validate":
-        return _validate(args, parser)
-    if args.command == "evaluate":
-        return _evaluate(args, parser)
-    if args.command == "train":
-        return _train(args, parser)
-    if args.command == "demo":
-        if args.chains < 1 or args.max_response < 8 or args.n_mc < 1:
-            parser.error("--chains and --n-mc must be >= 1 and --max-response >= 8")
-        if args.model != "embedded" and args.problems is None:
-            parser.error("a model other than the embedded default needs a problem file: bsb demo MODEL PROBLEMS")
-        return _demo(args, parser)
-    return 1
+    commands = {"demo": _demo, "train": _train, "validate": _validate, "evaluate": _evaluate, "cost": _cost, "data": _data, "sweep": _sweep}
+    return commands[args.command](args, parser)
 
 
 if __name__ == "__main__":

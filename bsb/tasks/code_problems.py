@@ -195,8 +195,6 @@ def load_code_problems(path: str | Path, format: str | None = None) -> list[Prob
     if format is not None and format not in READERS:
         raise ValueError(f"unknown code problem format {format!r}; choose one of {', '.join(FORMATS)}")
     rows = read_rows(path)
-    if not rows:
-        raise ValueError(f"{path} holds no problems")
 
     def read(row: dict, i: int) -> Problem:
         kind = format or detect_code_format(row)

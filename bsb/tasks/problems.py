@@ -61,8 +61,10 @@ def read_rows(path: str | Path) -> list[tuple[str, object]]:
 
 def rows_to_problems(path: Path, rows: list[tuple[str, object]], read: Callable[[dict, int], Problem],
                      what: str = "an object with prompt and answer fields") -> list[Problem]:
-    """Every row through ``read(row, index)``: a row that is not an object, a :class:`RowError` (re-raised naming the file
+    """Every row through ``read(row, index)``: no rows, a row that is not an object, a :class:`RowError` (re-raised naming the file
     and the row) or a duplicate id is an error."""
+    if not rows:
+        raise ValueError(f"{path} holds no problems")
     problems, seen = [], set()
     for i, (where, row) in enumerate(rows):
         if not isinstance(row, dict):
@@ -85,8 +87,6 @@ def load_problem_set(path: str | Path, format: str | None = None, seed: int = 0)
     if format is not None and format not in SCHEMAS:
         raise ValueError(f"unknown problem format {format!r}; the recognised schemas are {', '.join(SCHEMAS)}")
     rows = read_rows(path)
-    if not rows:
-        raise ValueError(f"{path} holds no problems")
     schema = [format]  # recognised from the first row when not named
 
     def read(row: dict, i: int) -> Problem:
@@ -100,7 +100,7 @@ def load_problem_set(path: str | Path, format: str | None = None, seed: int = 0)
         return SCHEMAS[schema[0]][0](row, i, path.stem, seed)
 
     problems = rows_to_problems(path, rows, read)
-    return ProblemSet(path, schema[0], problems, [str(c) for c in rows[0][1]])
+    return ProblemSet(path, schema[0], problems, [str(c) for c in rows[0][1]])  # rows is not empty here
 
 
 def load_problems(path: str | Path, format: str | None = None, seed: int = 0) -> list[Problem]:

@@ -63,9 +63,10 @@ def test_bad_input_is_one_error_before_any_worker(compose, overrides, override, 
     assert not ray.is_initialized()
 
 
-def test_the_launcher_stops_at_start_up_with_the_error(overrides):
+def test_the_launcher_stops_at_start_up_with_the_error(overrides, tmp_path):
+    # hydra writes its outputs/ folder into the working directory: a scratch one
     proc = subprocess.run([sys.executable, "-m", "bsb.integrations.verl.launch", *overrides, "bsb.selector=lens_shift"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode != 0
     assert "cannot run through verl's servers" in proc.stderr
     assert "Started a local Ray instance" not in proc.stderr + proc.stdout

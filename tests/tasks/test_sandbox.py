@@ -113,8 +113,8 @@ def test_signalling_or_killing_the_parent_fails():
     assert r.status == "error" and ("PermissionError" in r.reason or "ProcessLookupError" in r.reason)
     assert "KILLED" not in r.stdout  # and this test process is still here to check it
     r = run_program("import os, signal\nos.kill(-1, signal.SIGKILL)", **LIMITS)
-    assert r.status in ("killed", "error", "ok")
-    assert os.getpid() == me
+    # kill(-1) signals every process the caller may, except itself: as the sandbox uid in its PID namespace, none
+    assert r.status == "error" and "ProcessLookupError" in r.reason
 
 
 def test_sleeping_past_the_limit_in_a_child_is_a_timeout_and_the_child_dies():

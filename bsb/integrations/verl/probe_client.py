@@ -24,6 +24,7 @@ import asyncio
 import json
 import logging
 import math
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 
 import torch
@@ -77,22 +78,21 @@ class CompletionsProbe:
     def __init__(self, timeout_s: float = 120.0, model: str | None = None):
         self.timeout_s, self.model = timeout_s, model
         self._models: dict[str, str] = {}
-        self._sessions: dict[int, object] = {}  # one HTTP session per event loop (a session is bound to its loop)
+        # one HTTP session per event loop (a session is bound to its loop); an entry goes with its loop
+        self._sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     async def _http(self):
         import aiohttp
 
-        key = id(asyncio.get_running_loop())
-        session = self._sessions.get(key)
+        loop = asyncio.get_running_loop()
+        session = self._sessions.get(loop)
         if session is None or session.closed:
-            for k in [k for k, s in self._sessions.items() if s.closed or s._loop.is_closed()]:
-                del self._sessions[k]
-            session = self._sessions[key] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+            session = self._sessions[loop] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
         return session
 
     async def close(self) -> None:
         """Close this event loop's session."""
-        session = self._sessions.pop(id(asyncio.get_running_loop()), None)
+        session = self._sessions.pop(asyncio.get_running_loop(), None)
         if session is not None:
             await session.close()
 
