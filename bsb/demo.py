@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bsb.engine.bsv import task_direction
 from bsb.engine.selectors import SELECTORS, ChainInput, SelectorConfig, make_selector
 from bsb.eval.offline import OfflineConfig, gold_label, judge_client
 
@@ -42,14 +43,13 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     from bsb.eval.value_curve import answer_belief, mc_values
     from bsb.tasks.prompting import render_prompt
     from bsb.tasks.registry import offline_task
-    from bsb.tasks.tiny_model import TinyConfig, resolve_model, train_tiny_model
+    from bsb.tasks.tiny_model import quick_config, resolve_model, train_tiny_model
 
     console = console or Console()
     t_start = time.perf_counter()
     task = offline_task(cfg.task, cfg.task_options, cfg.problems)
     if cfg.quick and cfg.model == "embedded":
-        path = train_tiny_model(TinyConfig(steps=60, batch=8, hidden=64, layers=1, ops=(1, 2), task=getattr(task, "embedded_model", "arith")),
-                                progress=cfg.progress)
+        path = train_tiny_model(quick_config(task), progress=cfg.progress)
     else:
         path = resolve_model(cfg.model, task)
     tok = transformers.AutoTokenizer.from_pretrained(path)
@@ -76,11 +76,13 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
 
     chains = [ChainInput(p, r, answer=answer_ids(t)) for p, r, t in zip(prompts, responses, texts)]
     judge = judge_client(cfg)
+    bsv = task_direction(path, task, model, tok)  # the task's BSV direction (walk), fitted once and cached with the model
     scfg = SelectorConfig(suffix=tok.encode(task.probe_suffix, add_special_tokens=False), seed=cfg.seed, read_len=task.read_len,
-                          margin_window=(4, 64), judge=judge, decode=lambda ids: tok.decode(ids, skip_special_tokens=True))
+                          margin_window=(4, 64), judge=judge, decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
+                          bsv_path=str(bsv) if bsv else None)
 
-    # --- every selector, chain by chain (timed per chain); the LLM judge when one is configured
-    names = [n for n in SELECTORS if n != "bsv" and (n != "llm_judge" or judge is not None)]
+    # --- every selector, chain by chain (timed per chain); BSV when the task drafts its data; the LLM judge when configured
+    names = [n for n in SELECTORS if (n != "bsv" or bsv is not None) and (n != "llm_judge" or judge is not None)]
     picks: dict[str, list] = {}
     read_s: dict[str, list[float]] = {}
     for name in tqdm(names, desc="selectors", disable=not cfg.progress, leave=False):

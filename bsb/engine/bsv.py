@@ -13,6 +13,7 @@ then the steady delta is subtracted:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,3 +90,26 @@ def bsv_scores(model, prefix: Sequence[int], cuts: Sequence[int], direction: BSV
         model(ids[None])
     h = cap.stacked()[0].float().cpu()  # (C, d)
     return h @ direction.u_minus[direction.layer].float()
+
+
+def task_direction(checkpoint: str | Path, task, model, tokenizer, n_problems: int = 64, window: int = 8) -> Path | None:
+    """The BSV direction of ``task`` on the checkpoint, fitted once on the continuations the task drafts
+    (``task.bsv_examples(n)``: (prompt, prefix, continuation, regime) texts) and cached in the checkpoint directory
+    beside the weights (written to a temporary file, then renamed: never half-written). None when the task drafts
+    none."""
+    draft = getattr(task, "bsv_examples", None)
+    if draft is None:
+        return None
+    path = Path(checkpoint) / f"bsv_{task.name}_{n_problems}_w{window}.pt"
+    if path.exists():
+        return path
+
+    def ids(text):
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    examples = [BSVExample(ids(prompt + prefix), ids(cont), regime) for prompt, prefix, cont, regime in draft(n_problems)]
+    direction = fit_bsv(model, examples, window_after=window, window_before=window)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    direction.save(tmp)
+    os.replace(tmp, path)
+    return path

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from bsb.engine.boundaries import CandidatePool, candidate_pool, newline_token_mask
+from bsb.engine.bsv import task_direction
 from bsb.engine.selectors import SELECTORS, CannotScore, ChainInput, SelectorConfig, make_selector
 from bsb.engine.vllm_backend import rollout_backend
 from bsb.eval.offline import OfflineConfig, gold_label, jsonable, judge_client
@@ -51,6 +52,7 @@ class ValidateConfig(OfflineConfig):
     n_problems: int = 24
     selectors: tuple[str, ...] = DEFAULT_SELECTORS
     bsv_path: str | None = None  # a fitted BSV direction adds the bsv selector
+    task_bsv: bool = True  # a task that drafts BSV continuations (walk) adds bsv, its direction fitted once and cached with the model
     read_len: int | None = None  # L, Probe-JS read positions; None: the task's (L > 1 reads past an uninformative first token)
     temperature: float = 0.7  # chain and completion sampling temperature
     max_response: int = 160
@@ -118,7 +120,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     from bsb.tasks.tiny_model import resolve_model
 
     console = console or Console()
-    name = cfg.task or ("math" if cfg.problems else "arith")
+    name = cfg.task or ("math" if cfg.problems else "walk")
     task = offline_task(name, cfg.task_options if cfg.task_options is not None else ({"ops": [2, 3, 4]} if name == "arith" else {}), cfg.problems)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -126,6 +128,11 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     tok = transformers.AutoTokenizer.from_pretrained(path)
     model = load_for_inference(path, cfg.device, cfg.dtype)
     hf = HFBackend(model, tok)
+    bsv_path = cfg.bsv_path
+    if bsv_path is None and cfg.task_bsv:
+        fitted = task_direction(path, task, model, tok)
+        bsv_path = str(fitted) if fitted else None
+    selector_names = cfg.selectors + (("bsv",) if bsv_path and "bsv" not in cfg.selectors else ())
     gen = rollout_backend(cfg.backend, path, hf, 1024 + cfg.max_response, cfg.seed, dtype=model.dtype)  # completions through vLLM when installed
     eos = tok.eos_token_id
     newline = newline_token_mask(tok, hf.vocab_size)
@@ -151,9 +158,9 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
 
     store = CompletionStore(out / "completions.jsonl")
     judge = judge_client(cfg)
-    scfg = SelectorConfig(suffix=tok.encode(task.probe_suffix, add_special_tokens=False), seed=cfg.seed, bsv_path=cfg.bsv_path,
+    scfg = SelectorConfig(suffix=tok.encode(task.probe_suffix, add_special_tokens=False), seed=cfg.seed, bsv_path=bsv_path,
                           read_len=cfg.read_len or task.read_len, judge=judge, decode=lambda ids: tok.decode(ids, skip_special_tokens=True))
-    selectors = {n: make_selector(n, scfg, hf) for n in cfg.selectors}  # every selector reads through the HF model
+    selectors = {n: make_selector(n, scfg, hf) for n in selector_names}  # every selector reads through the HF model
     todo = []
     for i, p in enumerate(problems):
         resp = saved[p.id]

@@ -1,4 +1,4 @@
-"""Tasks by name: ``math``, ``arith``, ``code``, or ``package.module:ClassName`` for a task of your own.
+"""Tasks by name: ``walk`` (the embedded default), ``math``, ``arith``, ``code``, or ``package.module:ClassName`` for a task of your own.
 
 :func:`make_task` builds and checks a task before any model is loaded: an unknown name, a module that does not
 import, a class that does not satisfy the :class:`~bsb.tasks.task.Task` protocol, or an option the task does not
@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from bsb.tasks.arith_task import ArithTask
 from bsb.tasks.code_task import CodeTask
 from bsb.tasks.math_task import MathTask
+from bsb.tasks.walk_task import WalkTask
 from bsb.tasks.task import ATTRIBUTES, METHODS, Task
 
-TASKS: dict[str, type] = {"arith": ArithTask, "math": MathTask, "code": CodeTask}
+TASKS: dict[str, type] = {"walk": WalkTask, "arith": ArithTask, "math": MathTask, "code": CodeTask}
 
 
 def task_class(name: str) -> type:
@@ -65,8 +66,8 @@ def check_task(task, name: str = "task") -> None:
 
 def offline_task(task: str | None = None, options: Mapping | None = None, problems: str | None = None) -> Task:
     """The task of an offline command (validate, evaluate, demo): ``task`` with ``options``; a problem file given
-    as ``problems`` becomes the held-out set of that task (``math`` when no task is named); else ``arith``."""
+    as ``problems`` becomes the held-out set of that task (``math`` when no task is named); else ``walk``."""
     options = dict(options or {})
     if problems is not None:
         options["val_file"] = str(problems)
-    return make_task(task or ("math" if problems is not None else "arith"), options)
+    return make_task(task or ("math" if problems is not None else "walk"), options)

@@ -1,8 +1,10 @@
-"""The embedded default models: tiny Qwen3s trained by supervised fine-tuning on a synthetic task (``arith``, the
-default's arithmetic chains; ``code``, the embedded code default's programs).
+"""The embedded default models: tiny Qwen3s trained by supervised fine-tuning on a synthetic task (``walk``, the
+default's map walks; ``arith``, the earlier arithmetic chains; ``code``, the embedded code default's programs).
 
-Qwen3 architecture with head_dim 64, so that vLLM's CPU attention serves it. Training uses the character
-tokenizer, the synthetic chains with their detours, and a loss on the response tokens only. It is
+Qwen3 architecture with head_dim 64, so that vLLM's CPU attention serves it. Training uses the task's tokenizer
+(counts and map entries as single tokens for ``walk``, characters otherwise), the synthetic chains with their detours,
+and a loss on the response tokens only; for ``walk`` also on the final answer stated after ``=>`` at a random line
+boundary (:func:`bsb.tasks.synthetic_walk.probe_example`), so that the probe reads a belief over the final answer. It is
 deterministic for a seed and takes a few minutes on a 2-core CPU. The checkpoint is a normal Hugging Face
 directory under ``$BSB_CACHE`` (default ``~/.cache/bsb``), keyed by the training settings, and is reused when
 present.
@@ -24,7 +26,9 @@ import torch
 
 from bsb.tasks.synthetic import make_problem, training_chains
 from bsb.tasks.synthetic_code import training_programs
-from bsb.tasks.tokenizer import char_tokenizer
+from bsb.tasks.synthetic_walk import probe_example
+from bsb.tasks.synthetic_walk import training_chains as walk_chains
+from bsb.tasks.tokenizer import char_tokenizer, walk_tokenizer
 
 
 @dataclass(frozen=True)
@@ -38,21 +42,33 @@ class TinyConfig:
     ops: tuple[int, ...] = (1, 2, 2, 3, 3, 4)  # difficulties in the training set (drawn uniformly from this tuple)
     detour_frac: float = 0.3
     max_operand: int = 5  # operands are drawn from [0, max_operand] (9 leaves too many facts to learn in minutes)
-    task: str = "arith"  # the synthetic task it learns: arith (bsb.tasks.synthetic) | code (bsb.tasks.synthetic_code)
+    task: str = "arith"  # the synthetic task it learns: walk (synthetic_walk) | arith (synthetic) | code (synthetic_code)
+    probe_frac: float = 0.5  # walk: chains that also teach the final answer after "=>" at a random boundary
 
     def __post_init__(self):
-        if self.task not in ("arith", "code"):
-            raise ValueError(f"TinyConfig.task must be arith or code, got {self.task!r}")
+        if self.task not in TASKS:
+            raise ValueError(f"TinyConfig.task must be one of {', '.join(TASKS)}, got {self.task!r}")
 
     def key(self) -> str:
-        fields = {k: v for k, v in asdict(self).items() if not (k == "task" and v == "arith")}  # arith keys predate the field
+        # arith and code keys predate the task and probe_frac fields: they keep their names
+        legacy = () if self.task == "walk" else (("task", "arith"), ("probe_frac", 0.5))
+        fields = {k: v for k, v in asdict(self).items() if (k, v) not in legacy}
         return "tiny-qwen3-" + "-".join(f"{k}{v}" for k, v in fields.items()).replace(" ", "").replace(",", "_").replace("(", "").replace(")", "")
 
 
-EMBEDDED = TinyConfig()  # the embedded default model of `bsb demo` and `bsb train`
+TASKS = ("walk", "arith", "code")
+# the embedded default model of `bsb demo`, `bsb validate` and `bsb train`: running tallies of 8-22 terms
+EMBEDDED = TinyConfig(steps=3000, task="walk", ops=tuple(range(8, 23)), detour_frac=0.3, probe_frac=0.5)
+EMBEDDED_ARITH = TinyConfig()  # the earlier miniature (`--set task=arith`): character-level expression chains
 # the embedded code default (`--set task=code`): programs through named variables, one line per step
 EMBEDDED_CODE = TinyConfig(steps=2000, layers=3, ops=(1, 2, 2, 3, 3), detour_frac=0.2, max_operand=5, task="code")
-EMBEDDED_BY_TASK = {"arith": EMBEDDED, "code": EMBEDDED_CODE}
+EMBEDDED_BY_TASK = {"walk": EMBEDDED, "arith": EMBEDDED_ARITH, "code": EMBEDDED_CODE}
+
+
+def quick_config(task=None) -> TinyConfig:
+    """A test-size model of the task's embedded default, trained in seconds (``bsb demo --quick``: a pipeline check)."""
+    base = EMBEDDED_BY_TASK[getattr(task, "embedded_model", "arith")]
+    return TinyConfig(steps=60, batch=8, hidden=64, layers=1, ops=base.ops[:2], task=base.task, max_operand=base.max_operand)
 
 
 def cache_dir() -> Path:
@@ -61,10 +77,10 @@ def cache_dir() -> Path:
 
 def resolve_model(name: str | Path, task=None) -> Path:
     """A checkpoint directory: ``"embedded"`` builds (or reuses) the embedded default of ``task`` (its
-    ``embedded_model`` attribute: ``code`` for the code task, the arithmetic model otherwise); anything else must be
-    a local Hugging Face checkpoint."""
+    ``embedded_model`` attribute: ``walk`` or ``code``; the arithmetic model for a task without one); with no task,
+    the embedded default (walk); anything else must be a local Hugging Face checkpoint."""
     if str(name) == "embedded":
-        return train_tiny_model(EMBEDDED_BY_TASK[getattr(task, "embedded_model", "arith")])
+        return train_tiny_model(EMBEDDED_BY_TASK[getattr(task, "embedded_model", "arith")] if task is not None else EMBEDDED)
     path = Path(name)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"model {str(name)!r}: no Hugging Face checkpoint (config.json) there; pass a local directory or 'embedded'")
@@ -90,7 +106,7 @@ def train_tiny_model(cfg: TinyConfig = TinyConfig(), out_dir: str | Path | None 
     from tqdm import tqdm
 
     torch.manual_seed(cfg.seed)
-    tok = char_tokenizer()
+    tok = walk_tokenizer() if cfg.task == "walk" else char_tokenizer()
     model = _model(cfg, len(tok), tok).train()
     examples = _examples(cfg)
     # Batches of one difficulty: similar lengths, so little compute goes to padding. Their order is shuffled.
@@ -104,9 +120,9 @@ def train_tiny_model(cfg: TinyConfig = TinyConfig(), out_dir: str | Path | None 
     start, losses = time.perf_counter(), []
     bar = tqdm(range(cfg.steps), desc="training the tiny model", disable=not progress)
     for step in bar:
-        batch = examples[order[step] * cfg.batch : (order[step] + 1) * cfg.batch]
-        ids, labels = _batch(tok, [e[1] for e in batch], [e[2] for e in batch])
-        loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=labels).loss
+        seqs = [seq for e in examples[order[step] * cfg.batch : (order[step] + 1) * cfg.batch] for seq in e[1]]
+        ids, labels, probe = _batch(tok, seqs)
+        loss = _loss(model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long()).logits, labels, probe)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -132,30 +148,53 @@ def train_tiny_model(cfg: TinyConfig = TinyConfig(), out_dir: str | Path | None 
     return out
 
 
-def _examples(cfg: TinyConfig) -> list[tuple[int, str, str]]:
-    """(difficulty, prompt, response) of every training example of the config's task."""
+def _examples(cfg: TinyConfig) -> list[tuple[int, list[tuple[str, str, bool]]]]:
+    """(difficulty, sequences) of every training example of the config's task; a sequence is (context, target,
+    eos): the loss falls on the target's tokens, and on an EOS after them when ``eos``."""
     n = cfg.steps * cfg.batch
     if cfg.task == "code":
-        return [(r.n_ops, r.prompt, text) for r, text in training_programs(n, cfg.seed, cfg.ops, cfg.detour_frac, cfg.max_operand)]
+        return [(r.n_ops, [(r.prompt, text, True)]) for r, text in training_programs(n, cfg.seed, cfg.ops, cfg.detour_frac, cfg.max_operand)]
+    if cfg.task == "walk":
+        rng = random.Random(cfg.seed + 1)
+        out = []
+        for c in walk_chains(n, cfg.seed, cfg.ops, cfg.detour_frac):
+            seqs = [(c.problem.prompt, c.response, True)]
+            if rng.random() < cfg.probe_frac:
+                prompt, partial, answer = probe_example(c, rng)
+                seqs.append((prompt + partial, answer, False))  # the answer only: no loss on the cut chain, no EOS
+            out.append((c.problem.n_ops, seqs))
+        return out
     chains = training_chains(n, seed=cfg.seed, ops=cfg.ops, detour_frac=cfg.detour_frac, max_operand=cfg.max_operand)
-    return [(c.problem.n_ops, c.problem.prompt, c.response) for c in chains]
+    return [(c.problem.n_ops, [(c.problem.prompt, c.response, True)]) for c in chains]
 
 
-def _batch(tok, prompts: list[str], responses: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ids with labels on the response tokens only (and the EOS after them)."""
-    seqs, masks = [], []
-    for p, r in zip(prompts, responses):
-        pi = tok.encode(p, add_special_tokens=False)
-        ri = tok.encode(r, add_special_tokens=False) + [tok.eos_token_id]
-        seqs.append(pi + ri)
-        masks.append([False] * len(pi) + [True] * len(ri))
-    width = max(map(len, seqs))
-    ids = torch.full((len(seqs), width), tok.pad_token_id)
-    labels = torch.full((len(seqs), width), -100)
-    for i, (s, m) in enumerate(zip(seqs, masks)):
+def _batch(tok, seqs: list[tuple[str, str, bool]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids, labels on the targets' tokens only (and the EOS after them where asked), and which rows are
+    probe examples (no EOS)."""
+    ids_list, masks = [], []
+    for context, target, eos in seqs:
+        ci = tok.encode(context, add_special_tokens=False)
+        ti = tok.encode(target, add_special_tokens=False) + ([tok.eos_token_id] if eos else [])
+        ids_list.append(ci + ti)
+        masks.append([False] * len(ci) + [True] * len(ti))
+    width = max(map(len, ids_list))
+    ids = torch.full((len(ids_list), width), tok.pad_token_id)
+    labels = torch.full((len(ids_list), width), -100)
+    for i, (s, m) in enumerate(zip(ids_list, masks)):
         ids[i, : len(s)] = torch.tensor(s)
         labels[i, : len(s)] = torch.where(torch.tensor(m), torch.tensor(s), torch.tensor(-100))
-    return ids, labels
+    return ids, labels, torch.tensor([not eos for _, _, eos in seqs])
+
+
+def _loss(logits: torch.Tensor, labels: torch.Tensor, probe: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy over the chains' target tokens, plus the mean over the probe examples' answer
+    tokens (a few tokens a batch: averaged with the chains' they would carry almost no weight)."""
+    nll = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), reduction="none").view(labels.shape[0], -1)
+    mask = labels[:, 1:] != -100
+    loss = nll[~probe][mask[~probe]].mean()
+    if probe.any():
+        loss = loss + nll[probe][mask[probe]].mean()
+    return loss
 
 
 @torch.no_grad()

@@ -38,8 +38,9 @@ def _f(default, help: str):
 class TrainConfig:
     # --- model and task
     model: str = _f("embedded", "a local Hugging Face checkpoint directory, or 'embedded' (the tiny synthetic-task model)")
-    task: str = _f("arith", "what is learned: arith (synthetic, the embedded default), math (problem files), or package.module:Class")
-    task_options: dict = _f({}, "the task's options, e.g. {ops: [2, 3], max_operand: 5} for arith, {train_file: a.jsonl, "
+    task: str = _f("walk", "what is learned: walk (synthetic map walks, the embedded default), arith (the earlier synthetic "
+                           "arithmetic), code, math (problem files), or package.module:Class")
+    task_options: dict = _f({}, "the task's options, e.g. {ops: [14, 16]} for walk, {train_file: a.jsonl, "
                                 "val_file: b.jsonl, gate_chars: 30} for math; set one with --set task_options.NAME=VALUE")
     prompt_format: str = _f("plain", "plain (base models: the prompt text) | chat (the tokenizer's chat template; verl rows keep "
                                      "their messages); config.yaml records a rendered example")

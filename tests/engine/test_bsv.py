@@ -75,3 +75,24 @@ def test_errors(model):
         fit_bsv(model, [e for e in _examples() if e.regime != "drop"])
     with pytest.raises(ValueError, match="fitted direction"):
         S.make_selector("bsv")
+
+
+def test_a_tasks_direction_is_fitted_on_its_drafted_regimes_once_and_cached_with_the_model(tmp_path, monkeypatch):
+    from bsb.engine import bsv
+    from bsb.tasks.registry import make_task
+    from bsb.tasks.tokenizer import walk_tokenizer
+
+    tok, task = walk_tokenizer(), make_task("walk")
+    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
+                                   num_key_value_heads=1, max_position_embeddings=256)
+    torch.manual_seed(0)
+    m = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    path = bsv.task_direction(tmp_path, task, m, tok, n_problems=8, window=4)
+    assert path.parent == tmp_path and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+    ids = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
+    want = fit_bsv(m, [BSVExample(ids(p + pre), ids(c), g) for p, pre, c, g in task.bsv_examples(8)], 4, 4)
+    got = BSVDirection.load(path)
+    assert got.layer == want.layer and torch.equal(got.u_minus, want.u_minus)
+    monkeypatch.setattr(bsv, "fit_bsv", lambda *a, **k: pytest.fail("refitted a cached direction"))
+    assert bsv.task_direction(tmp_path, task, m, tok, n_problems=8, window=4) == path
+    assert bsv.task_direction(tmp_path, make_task("arith"), m, tok) is None  # a task that drafts no regimes: no BSV

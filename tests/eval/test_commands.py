@@ -19,7 +19,7 @@ def model_dir(tmp_path_factory):
 
 def test_validate_writes_everything_and_resumes_without_new_completions(model_dir, tmp_path, capsys):
     out = tmp_path / "val"
-    args = ["validate", model_dir, "--n-problems", "4", "--m", "6", "--n-mc", "3", "--b", "2", "--backend", "hf",
+    args = ["validate", model_dir, "--task", "arith", "--n-problems", "4", "--m", "6", "--n-mc", "3", "--b", "2", "--backend", "hf",
             "--max-response", "64", "--out", str(out)]
     assert main(args) == 0
     for name in ("chains.jsonl", "completions.jsonl", "curves.jsonl", "table.md"):

@@ -104,7 +104,7 @@ def test_sweep_end_to_end_trains_each_run_once_and_resumes(tmp_path, capsys):
 
     model = train_tiny_model(TinyConfig(steps=40, batch=8, hidden=64, layers=1, max_operand=3, ops=(1, 2)), tmp_path / "m", progress=False)
     shared = dict(model=str(model), backend="hf", steps=2, prompts_per_step=2, gen_prompts=2, chains=2, siblings=1, max_response_len=32,
-                  val_problems=4, val_every=1, task_options={"ops": [1], "max_operand": 3}, progress=False)
+                  val_problems=4, val_every=1, task="arith", task_options={"ops": [1], "max_operand": 3}, progress=False)
     a = write(tmp_path, "mid", selector="midpoint", **shared)
     b = write(tmp_path, "grpo", selector="midpoint", loss_agg="seq-mean-token-mean", clip_high=0.2, **shared)
     out = tmp_path / "sweep"

@@ -41,6 +41,43 @@ def test_accuracy_by_difficulty_runs(tmp_path):
     assert set(acc) == {1, 2} and all(0.0 <= v <= 1.0 for v in acc.values())
 
 
+WALK = TinyConfig(steps=6, batch=4, hidden=64, layers=1, ops=(3, 4), task="walk")
+
+
+def test_the_walk_default_trains_deterministically_with_numbers_as_tokens_and_probe_examples(tmp_path):
+    from bsb.tasks.synthetic_walk import SUFFIX, SYMBOLS
+    from bsb.tasks.tiny_model import EMBEDDED, _examples
+
+    assert EMBEDDED.task == "walk" and "-taskwalk-" in EMBEDDED.key() and "probe_frac" in EMBEDDED.key()
+    assert "probe_frac" not in TinyConfig().key()  # arith caches keep their names
+    a = train_tiny_model(WALK, tmp_path / "a", progress=False)
+    b = train_tiny_model(WALK, tmp_path / "b", progress=False)
+    for (na, pa), (_, pb) in zip(transformers.AutoModelForCausalLM.from_pretrained(a).state_dict().items(),
+                                 transformers.AutoModelForCausalLM.from_pretrained(b).state_dict().items()):
+        assert torch.equal(pa, pb), na
+    tok = transformers.AutoTokenizer.from_pretrained(a)
+    assert len(tok.encode(f"{SUFFIX}c", add_special_tokens=False)) == 3 and len(tok.encode("c>e", add_special_tokens=False)) == 1
+    examples = _examples(TinyConfig(steps=50, batch=4, ops=(3, 4), task="walk"))
+    probes = [seq for _, seqs in examples for seq in seqs[1:]]
+    assert 0.3 < len(probes) / len(examples) < 0.7  # probe_frac 0.5 of the chains also teach the final answer
+    assert all(ctx.endswith(SUFFIX) and not eos and target in SYMBOLS and len(target) == 1 for ctx, target, eos in probes)
+    assert all(seqs[0][2] for _, seqs in examples)  # the chains themselves end with EOS
+
+
+def test_the_loss_weighs_the_probe_answers_like_the_chains():
+    from bsb.tasks.tiny_model import _loss
+
+    logits = torch.randn(3, 5, 7)
+    labels = torch.full((3, 5), -100)
+    labels[0, 1:4] = torch.tensor([1, 2, 3])
+    labels[1, 2:5] = torch.tensor([4, 5, 6])
+    labels[2, 4] = 2  # a probe row: one answer token
+    nll = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 7), labels[:, 1:].reshape(-1), reduction="none", ignore_index=-100).view(3, 4)
+    want = nll[:2][labels[:2, 1:] != -100].mean() + nll[2, 3]
+    torch.testing.assert_close(_loss(logits, labels, torch.tensor([False, False, True])), want)
+    torch.testing.assert_close(_loss(logits[:2], labels[:2], torch.tensor([False, False])), nll[:2][labels[:2, 1:] != -100].mean())
+
+
 def test_the_code_variant_trains_on_programs_and_keeps_the_arith_keys():
     code = TinyConfig(steps=4, batch=4, hidden=64, layers=1, task="code")
     assert code.key().endswith("-taskcode") and "task" not in SMALL.key()  # arith caches keep their names
@@ -56,8 +93,10 @@ def test_embedded_resolves_per_task(monkeypatch, tmp_path):
     monkeypatch.setattr(tiny_model, "train_tiny_model", lambda cfg, *a, **k: seen.append(cfg) or tmp_path)
     tiny_model.resolve_model("embedded", make_task("code", {"workers": 1}))
     tiny_model.resolve_model("embedded", make_task("arith"))
+    tiny_model.resolve_model("embedded", make_task("walk"))
     tiny_model.resolve_model("embedded")
-    assert [c.task for c in seen] == ["code", "arith", "arith"] and seen[0] == tiny_model.EMBEDDED_CODE
+    assert [c.task for c in seen] == ["code", "arith", "walk", "walk"] and seen[0] == tiny_model.EMBEDDED_CODE
+    assert seen[1] == tiny_model.EMBEDDED_ARITH and seen[3] == tiny_model.EMBEDDED
 
 
 def test_a_half_written_cache_entry_is_rebuilt_not_loaded(tmp_path, monkeypatch):

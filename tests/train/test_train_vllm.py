@@ -33,7 +33,7 @@ if __name__ == "__main__":
 def test_training_with_vllm_rollouts_syncs_the_new_weights_into_the_engine(tmp_path):
     model = train_tiny_model(TinyConfig(steps=30, batch=8, hidden=64, layers=1, max_operand=3, ops=(1, 2)), tmp_path / "m", progress=False)
     cfg = dict(model=str(model), backend="vllm", steps=2, prompts_per_step=4, gen_prompts=4, chains=2, siblings=1, max_response_len=48,
-               val_problems=16, task_options={"ops": [1], "max_operand": 3}, dynamic_sampling=False, out_dir=str(tmp_path / "run"),
+               val_problems=16, task="arith", task_options={"ops": [1], "max_operand": 3}, dynamic_sampling=False, out_dir=str(tmp_path / "run"),
                progress=False, lr=3e-2, val_every=0)
     script = tmp_path / "run_training.py"
     script.write_text(SCRIPT)

@@ -24,7 +24,7 @@ def model_dir(tmp_path_factory):
 def config(model_dir, out, **kw):
     base = dict(model=model_dir, backend="hf", steps=2, prompts_per_step=2, gen_prompts=2, chains=2, siblings=1,
                 max_response_len=48, overlong_buffer=8, val_problems=4, val_every=1, save_every=1, out_dir=str(out),
-                task_options=dict(ops=[1], max_operand=3), progress=False, selector="probe_js", lr=1e-3)
+                task="arith", task_options=dict(ops=[1], max_operand=3), progress=False, selector="probe_js", lr=1e-3)
     base.update(kw)
     return TrainConfig(**base)
 
