@@ -1,7 +1,8 @@
 """``bsb demo``: every fork-point selector on chains the model samples, the cost of each read next to the
-rollout's, and one chain's Monte-Carlo value curve with each selector's fork (seed 000 Figure 1 style).
+rollout's, and the Monte-Carlo value curve of each chain, drawn for the chain whose value moves most with each selector's fork (seed 000
+Figure 1 style).
 
-On the embedded default (the tiny Qwen3 trained on the synthetic arithmetic task) it needs no GPU and no
+On the embedded default (the tiny Qwen3 trained on the synthetic map walks) it needs no GPU and no
 download; given a local Hugging Face model directory and a problem file it runs the same on that model.
 """
 
@@ -117,17 +118,24 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     if judge is not None:  # the judge's read tokens are its prompt + completion; its calls and latency here
         console.print(f"llm_judge ({cfg.judge_model}): {judge.stats.summary()}")
 
-    # --- V* at the candidate boundaries of the chain with the most candidates
-    k = max(range(len(chains)), key=lambda i: (len(picks["probe_js"][i].pool.positions), -i))
-    ch, gold = chains[k], problems[k][1]
-    cuts = [0] + [t for t in picks["probe_js"][k].pool.positions if t not in (0,)]
-    cuts = [t for t in cuts if t < cfg.max_response]
-    bar = tqdm(total=len(cuts) * cfg.n_mc, desc=f"V* of chain {k} ({len(cuts)} boundaries x {cfg.n_mc})", disable=not cfg.progress, leave=False)
+    # --- V* at the candidate boundaries of every chain; the figure shows the chain whose V* moves most
+    def boundaries(i):
+        return [t for t in [0] + [t for t in picks["probe_js"][i].pool.positions if t != 0] if t < cfg.max_response]
+
+    curves = {}
+    bar = tqdm(total=sum(len(boundaries(i)) for i in range(len(chains))) * cfg.n_mc, desc=f"V* of {len(chains)} chains (x {cfg.n_mc})",
+               disable=not cfg.progress, leave=False)
     t0 = time.perf_counter()
-    v = mc_values(backend, ch.prompt, ch.response, cuts, cfg.n_mc, lambda ids: (task.verify(tok.decode(ids, skip_special_tokens=True), problem_set[k]).correct, ""),
-                  cfg.max_response, eos, temperature=cfg.temperature, seed=cfg.seed, progress=bar.update)
+    for i, ch in enumerate(chains):
+        def solved(ids, problem=problem_set[i]):
+            return task.verify(tok.decode(ids, skip_special_tokens=True), problem).correct, ""
+
+        curves[i] = mc_values(backend, ch.prompt, ch.response, boundaries(i), cfg.n_mc, solved, cfg.max_response, eos,
+                              temperature=cfg.temperature, seed=cfg.seed + i, progress=bar.update) + [float(correct[i])]
     bar.close()
     mc_s = time.perf_counter() - t0
+    k = max(range(len(chains)), key=lambda i: (max(curves[i]) - min(curves[i]), len(curves[i]), -i))
+    ch, gold, cuts, v = chains[k], problems[k][1], boundaries(k), curves[k][:-1]
     xs, vs = cuts + [len(ch.response)], v + [float(correct[k])]
     # the elicited belief in the gold answer (as the task continues the suffix with it) and the JS score of each boundary (fork-before)
     pool = picks["probe_js"][k].pool.positions
@@ -139,13 +147,14 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
                     chain_len=len(ch.response), captured=flips,
                     title=f"chain {k}: {problems[k][0].strip()[:80]} (gold {gold_label(gold)}); V* from {cfg.n_mc} completions per boundary")
     total = time.perf_counter() - t_start
-    console.print(f"V* of chain {k} at t={xs}: {', '.join(f'{x:.2f}' for x in vs)} ({mc_s:.1f}s for {len(cuts) * cfg.n_mc} completions)")
+    console.print(f"V* of chain {k} (the one whose V* moves most) at t={xs}: {', '.join(f'{x:.2f}' for x in vs)} "
+                  f"({mc_s:.1f}s for {sum(len(c) - 1 for c in curves.values()) * cfg.n_mc} completions over {len(chains)} chains)")
     best = max(names, key=lambda n: flips[n])
     console.print("flip mass |ΔV*| of the segment each selector re-rolls: " + ", ".join(f"{n} {flips[n]:.2f}" for n in names)
                   + f" (most: {best})")
     console.print(f"figure: {Path(png).resolve()}")
     console.print(f"demo wall time: {total:.1f}s")
-    return {"png": str(png), "v_star": vs, "cuts": xs, "forks": {n: [c.fork for c in picks[n]] for n in names}, "flip_mass": flips,
+    return {"png": str(png), "v_star": vs, "cuts": xs, "chain": k, "belief": belief, "forks": {n: [c.fork for c in picks[n]] for n in names}, "flip_mass": flips,
             "seconds": total, "correct": correct}
 
 
