@@ -93,6 +93,7 @@ def plan(configs: list[str | Path], seeds: list[int], out: str | Path, overrides
         bad = [f for f, a, b in zip(EVAL_FIELDS, e[2], evals[first][2]) if a != b]
         if bad:
             raise ValueError(f"the sweep's runs disagree on the evaluation: {names[name]} and {names[first]} differ in {', '.join(bad)}")
+    runs.sort(key=lambda r: seeds.index(r.seed))  # seed by seed (stable: configs in order): a sweep cut short is balanced
     for r in runs:
         saved = r.dir / "config.yaml"
         if saved.exists():

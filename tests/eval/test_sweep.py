@@ -31,6 +31,7 @@ def test_every_shipped_config_is_a_valid_train_config():
 def test_the_cpu_twins_plan_as_one_sweep(tmp_path):
     runs = sweep.plan(sorted((CONFIGS / "cpu").rglob("*.yaml")), [0, 1, 2], tmp_path)
     assert len(runs) == 9 * 3 and len({r.dir for r in runs}) == 27
+    assert [r.seed for r in runs] == [0] * 9 + [1] * 9 + [2] * 9  # seed by seed: a sweep cut short has every config alike
     grpo = next(r for r in runs if r.name == "b_updater_grpo" and r.seed == 1)
     assert grpo.config["loss_agg"] == "seq-mean-token-mean" and grpo.config["clip_high"] == 0.2 and grpo.config["seed"] == 1
 
