@@ -15,14 +15,15 @@ def _judge(args: argparse.Namespace) -> dict:
 def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from bsb.demo import DemoConfig, run_demo
 
-    if args.chains < 1 or args.max_response < 8 or args.n_mc < 1:
-        parser.error("--chains and --n-mc must be >= 1 and --max-response >= 8")
+    if args.chains < 1 or args.max_response < 8 or args.n_mc < 1 or args.temperature <= 0:
+        parser.error("--chains and --n-mc must be >= 1, --max-response >= 8 and --temperature > 0")
     if args.model != "embedded" and args.problems is None:
         parser.error("a model other than the embedded default needs a problem file: bsb demo MODEL PROBLEMS")
     try:
         cfg = DemoConfig(model=args.model, problems=args.problems, task=args.task, task_options=_task_options(args.task_option, parser),
                          prompt_format=args.prompt_format, device=args.device, dtype=args.dtype, **_judge(args),
-                         n_problems=args.chains, max_response=args.max_response, n_mc=args.n_mc, seed=args.seed, out=args.out, quick=args.quick)
+                         n_problems=args.chains, max_response=args.max_response, n_mc=args.n_mc, temperature=args.temperature, seed=args.seed,
+                         out=args.out, quick=args.quick)
     except ValueError as err:
         parser.error(str(err))
     if args.quick:
@@ -151,10 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="every selector on sampled chains, read costs, and a V* case plot (embedded default)")
     demo.add_argument("model", nargs="?", default="embedded", help="a local Hugging Face model directory (default: the embedded tiny model)")
-    demo.add_argument("problems", nargs="?", default=None, help="a JSONL/Parquet problem file (default: synthetic arithmetic)")
+    demo.add_argument("problems", nargs="?", default=None, help="a JSONL/Parquet problem file (default: the task's synthetic problems)")
     demo.add_argument("--chains", type=int, default=4, help="chains to sample, one per problem")
     demo.add_argument("--max-response", type=int, default=160, help="response token cap")
     demo.add_argument("--n-mc", type=int, default=8, help="completions per boundary for the value curve V*")
+    demo.add_argument("--temperature", type=float, default=1.0, help="chain and completion sampling temperature (the RL rollouts')")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--out", default="bsb_demo.png", help="where the figure goes")
     demo.add_argument("--quick", action="store_true", help="a test-size model and tiny budgets: checks the pipeline in seconds")

@@ -22,7 +22,7 @@ from bsb.eval.offline import OfflineConfig, gold_label, judge_client
 class DemoConfig(OfflineConfig):
     n_problems: int = 4  # chains sampled (one per problem)
     max_response: int = 160  # response token cap
-    temperature: float = 0.7  # chain and completion sampling temperature
+    temperature: float = 1.0  # chain and completion sampling temperature (the RL rollouts'; at 0.7 the walk model rarely slips)
     n_mc: int = 8  # completions per boundary for V*
     seed: int = 0
     out: str = "bsb_demo.png"
