@@ -5,6 +5,7 @@ import random
 import pytest
 
 from bsb.tasks.arith_task import ArithTask
+from bsb.tasks.walk_task import WalkTask
 from bsb.tasks.math_task import MathTask
 from bsb.tasks.registry import make_task, offline_task
 from bsb.tasks.task import Problem, Task
@@ -28,7 +29,7 @@ def test_user_task_by_module_and_class():
 
 
 @pytest.mark.parametrize("name,options,match", [
-    ("nope", {}, "unknown task 'nope'; choose one of arith, math"),
+    ("nope", {}, "unknown task 'nope'; choose one of walk, arith, math"),
     ("no_such_module:T", {}, "module 'no_such_module' does not import"),
     ("own_task:Missing", {}, "has no class 'Missing'"),
     ("own_task:NotATask", {}, "does not satisfy the Task protocol: missing held_out"),
@@ -51,4 +52,4 @@ def test_math_task_needs_its_files_when_used(tmp_path):
     f.write_text('{"id": "a", "prompt": "1+1?", "answer": "2"}\n')
     t = offline_task(None, None, str(f))
     assert isinstance(t, MathTask) and [p.id for p in t.sample(5)] == ["a"]
-    assert isinstance(offline_task(), ArithTask)
+    assert isinstance(offline_task(), WalkTask)  # the embedded default's task
