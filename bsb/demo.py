@@ -1,6 +1,6 @@
 """``bsb demo``: every fork-point selector on chains the model samples, the cost of each read next to the
-rollout's, and the Monte-Carlo value curve of each chain, drawn for the chain whose value moves most with each selector's fork (seed 000
-Figure 1 style).
+rollout's, and the Monte-Carlo value curve of each chain; the chain whose value moves most is drawn with each
+selector's fork (seed 000 Figure 1 style).
 
 On the embedded default (the tiny Qwen3 trained on the synthetic map walks) it needs no GPU and no
 download; given a local Hugging Face model directory and a problem file it runs the same on that model.
@@ -154,8 +154,8 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
                   + f" (most: {best})")
     console.print(f"figure: {Path(png).resolve()}")
     console.print(f"demo wall time: {total:.1f}s")
-    return {"png": str(png), "v_star": vs, "cuts": xs, "chain": k, "belief": belief, "forks": {n: [c.fork for c in picks[n]] for n in names}, "flip_mass": flips,
-            "seconds": total, "correct": correct}
+    return {"png": str(png), "v_star": vs, "cuts": xs, "chain": k, "belief": belief, "forks": {n: [c.fork for c in picks[n]] for n in names},
+            "flip_mass": flips, "seconds": total, "correct": correct}
 
 
 def _flip_mass(xs: list[int], vs: list[float], fork: int | None) -> float:

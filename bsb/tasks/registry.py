@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from bsb.tasks.arith_task import ArithTask
 from bsb.tasks.code_task import CodeTask
 from bsb.tasks.math_task import MathTask
-from bsb.tasks.walk_task import WalkTask
 from bsb.tasks.task import ATTRIBUTES, METHODS, Task
+from bsb.tasks.walk_task import WalkTask
 
 TASKS: dict[str, type] = {"walk": WalkTask, "arith": ArithTask, "math": MathTask, "code": CodeTask}
 

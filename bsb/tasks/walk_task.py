@@ -16,7 +16,15 @@ import random
 import re
 from collections.abc import Collection
 
-from bsb.tasks.synthetic_walk import MAX_STEPS, SUFFIX, SYMBOLS, WalkProblem, bsv_continuations, make_chain, make_problem
+from bsb.tasks.synthetic_walk import (
+    MAX_STEPS,
+    SUFFIX,
+    SYMBOLS,
+    WalkProblem,
+    bsv_continuations,
+    make_chain,
+    make_problem,
+)
 from bsb.tasks.task import Problem, Task, Verdict, draw_fresh
 
 HELD_OUT_SEED = 10**9 + 7  # the held-out set's generator seed (independent of the run's seed)

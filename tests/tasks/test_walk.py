@@ -8,7 +8,15 @@ import statistics
 import pytest
 
 from bsb.tasks.registry import make_task
-from bsb.tasks.synthetic_walk import SUFFIX, SYMBOLS, bsv_continuations, make_chain, make_problem, probe_example, training_chains
+from bsb.tasks.synthetic_walk import (
+    SUFFIX,
+    SYMBOLS,
+    bsv_continuations,
+    make_chain,
+    make_problem,
+    probe_example,
+    training_chains,
+)
 from bsb.tasks.tokenizer import NUMBER_MAX, walk_tokenizer
 from bsb.tasks.walk_task import WalkTask
 
