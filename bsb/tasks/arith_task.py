@@ -16,7 +16,7 @@ from collections.abc import Collection
 from bsb.tasks.math_grader import ANSWER_PREFIX
 from bsb.tasks.math_task import MathTask
 from bsb.tasks.synthetic import make_problem
-from bsb.tasks.task import Problem, draw_fresh
+from bsb.tasks.task import Problem, distinct_held_out, draw_fresh
 
 HELD_OUT_SEED = 10**9  # the held-out set's generator seed (independent of the run's seed)
 SAMPLE_SEED = 4242  # offset of the offline commands' problems (bsb validate / evaluate / demo)
@@ -40,16 +40,8 @@ class ArithTask(MathTask):
         return Problem(pid, p.prompt, str(p.answer), {"ops": n_ops, "convention": "boxed"})
 
     def held_out(self, n: int) -> list[Problem]:
-        rng, out, seen = random.Random(HELD_OUT_SEED), [], set()
-        for _ in range(1000 * n):
-            if len(out) == n:
-                return out
-            p = self._problem(rng, self.ops[len(out) % len(self.ops)], f"val-{len(out)}")
-            if p.prompt not in seen:
-                seen.add(p.prompt)
-                out.append(p)
-        raise ValueError(f"only {len(out)} distinct arith problems with ops={list(self.ops)} and max_operand={self.max_operand}; "
-                         "ask for fewer held-out problems or widen the task")
+        return distinct_held_out(lambda rng, i: self._problem(rng, self.ops[i % len(self.ops)], f"val-{i}"), HELD_OUT_SEED, n,
+                                 f"arith problems with ops={list(self.ops)} and max_operand={self.max_operand}")
 
     def draw(self, rng: random.Random, n: int, exclude: Collection[str]) -> list[Problem]:
         return draw_fresh(lambda r: self._problem(r, r.choice(self.ops), f"train-{r.getrandbits(48):012x}"), rng, n, exclude, "arith")

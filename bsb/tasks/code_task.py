@@ -26,7 +26,7 @@ from bsb.tasks.code_problems import CodeTests, load_code_problems, parse_tests
 from bsb.tasks.sandbox import SandboxPool
 from bsb.tasks.schemas import RowError
 from bsb.tasks.synthetic_code import make_recipe
-from bsb.tasks.task import Problem, Task, Verdict, draw_fresh
+from bsb.tasks.task import Problem, Task, Verdict, distinct_held_out, draw_fresh
 
 CODE_SUFFIX = "\nFinal program:\n```python\n"
 FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
@@ -110,13 +110,8 @@ class CodeTask(Task):
             if n > len(self.val):
                 raise ValueError(f"task code: {n} held-out problems asked, {len(self.val)} in val_file")
             return self.val[:n]
-        rng, out, seen = random.Random(HELD_OUT_SEED), [], set()
-        while len(out) < n:
-            p = self._synthetic(rng, self.ops[len(out) % len(self.ops)], f"val-{len(out)}")
-            if p.prompt not in seen:
-                seen.add(p.prompt)
-                out.append(p)
-        return out
+        return distinct_held_out(lambda rng, i: self._synthetic(rng, self.ops[i % len(self.ops)], f"val-{i}"), HELD_OUT_SEED, n,
+                                 f"synthetic code problems with ops={list(self.ops)}")
 
     def draw(self, rng: random.Random, n: int, exclude: Collection[str]) -> list[Problem]:
         if self.train is not None:

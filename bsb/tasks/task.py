@@ -45,6 +45,20 @@ class Verdict:
     details: tuple = ()  # per-check results kept for analysis (code: one (status, passed, reason) per hidden test)
 
 
+def distinct_held_out(make: Callable[[random.Random, int], Problem], seed: int, n: int, what: str) -> list[Problem]:
+    """A synthetic task's :meth:`Task.held_out`: ``n`` distinct problems ``make(rng, i)`` (``i``: the index of the
+    next one) from a generator seeded with ``seed``; an error naming ``what`` when the generator keeps repeating."""
+    rng, out, seen = random.Random(seed), [], set()
+    for _ in range(1000 * n):
+        if len(out) == n:
+            return out
+        p = make(rng, len(out))
+        if p.prompt not in seen:
+            seen.add(p.prompt)
+            out.append(p)
+    raise ValueError(f"only {len(out)} distinct {what}; ask for fewer held-out problems or widen the task")
+
+
 def draw_fresh(make: Callable[[random.Random], Problem], rng: random.Random, n: int, exclude: Collection[str], what: str) -> list[Problem]:
     """``n`` generated problems (``make(rng)``) whose prompts are not in ``exclude``: a synthetic task's
     :meth:`Task.draw`; an error when the generator keeps repeating held-out prompts."""

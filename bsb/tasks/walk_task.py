@@ -25,7 +25,7 @@ from bsb.tasks.synthetic_walk import (
     make_chain,
     make_problem,
 )
-from bsb.tasks.task import Problem, Task, Verdict, draw_fresh
+from bsb.tasks.task import Problem, Task, Verdict, distinct_held_out, draw_fresh
 
 HELD_OUT_SEED = 10**9 + 7  # the held-out set's generator seed (independent of the run's seed)
 SAMPLE_SEED = 4242  # offset of the offline commands' problems (bsb validate / evaluate / demo)
@@ -49,13 +49,8 @@ class WalkTask(Task):
         return Problem(pid, p.prompt, p.answer, {"ops": n_ops, "walk": p})
 
     def held_out(self, n: int) -> list[Problem]:
-        rng, out, seen = random.Random(HELD_OUT_SEED), [], set()
-        while len(out) < n:
-            p = self._problem(rng, self.ops[len(out) % len(self.ops)], f"val-{len(out)}")
-            if p.prompt not in seen:
-                seen.add(p.prompt)
-                out.append(p)
-        return out
+        return distinct_held_out(lambda rng, i: self._problem(rng, self.ops[i % len(self.ops)], f"val-{i}"), HELD_OUT_SEED, n,
+                                 f"walk problems with ops={list(self.ops)}")
 
     def draw(self, rng: random.Random, n: int, exclude: Collection[str]) -> list[Problem]:
         return draw_fresh(lambda r: self._problem(r, r.choice(self.ops), f"train-{r.getrandbits(48):012x}"), rng, n, exclude, "walk")
