@@ -1,4 +1,4 @@
-"""Sandboxed programs per second on this machine: the code task's hidden-test runs through bsb.tasks.sandbox (every
+"""Sandboxed programs per second on this machine: the code task's hidden-test runs through bsb.tasks.code.sandbox (every
 layer this machine allows), a pool of 1 and of 2 workers, beside a bare ``python -c`` subprocess (no isolation) in
 the same run, so the sandbox's cost shows as a ratio."""
 
@@ -8,7 +8,7 @@ import time
 import harness
 import pytest
 
-from bsb.tasks.sandbox import SandboxPool, layers, sandbox_python
+from bsb.tasks.code.sandbox import SandboxPool, layers, sandbox_python
 
 PROGRAM = "import sys\nn = int(sys.stdin.read())\nprint(sum(i * i for i in range(n)))"
 JOBS = 24

@@ -98,13 +98,13 @@ def _cost(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from bsb.tasks.data_report import data_report
+    from bsb.tasks.math.report import data_report
 
     tok = None
     if args.model:
         import transformers
 
-        from bsb.tasks.tiny_model import resolve_model
+        from bsb.embedded.model import resolve_model
 
         tok = transformers.AutoTokenizer.from_pretrained(resolve_model(args.model))
     if args.prompt_format == "chat" and tok is None:
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     cst.add_argument("--candidates", type=int, default=16, help="C")
     cst.add_argument("--suffix-len", type=int, default=9, help="E, suffix tokens")
     cst.add_argument("--read-len", type=int, default=1, help="L")
-    from bsb.tasks.schemas import SCHEMAS
+    from bsb.tasks.data.schemas import SCHEMAS
 
     dat = sub.add_parser("data", help="check a problem file: its schema, row count and first rows as the model sees them")
     dat.add_argument("file", help="a JSONL / JSON / Parquet / CSV problem file")

@@ -37,6 +37,7 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     from tqdm import tqdm
 
     from bsb import kernels
+    from bsb.embedded.model import quick_config, resolve_model, train_tiny_model
     from bsb.engine.boundaries import newline_token_mask
     from bsb.engine.hf_backend import HFBackend
     from bsb.engine.hf_model import load_for_inference
@@ -44,7 +45,6 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     from bsb.eval.value_curve import answer_belief, mc_values
     from bsb.tasks.prompting import render_prompt
     from bsb.tasks.registry import offline_task
-    from bsb.tasks.tiny_model import quick_config, resolve_model, train_tiny_model
 
     console = console or Console()
     t_start = time.perf_counter()

@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory):
-    """A tiny Qwen3 checkpoint on disk (tests/tiny_checkpoint.py), shared by the session's vLLM tests."""
+    """A tiny Qwen3 checkpoint on disk (tests/support/tiny_checkpoint.py), shared by the session's vLLM tests."""
     from tiny_checkpoint import build
 
     path = tmp_path_factory.mktemp("tiny-qwen3")

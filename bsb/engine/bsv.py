@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from bsb.engine.hf_model import ResidualCapture, lens_parts
+from bsb.tasks.base import hook
 
 REGIMES = ("surge", "steady", "drop")
 
@@ -97,17 +98,17 @@ def task_direction(checkpoint: str | Path, task, model, tokenizer, n_problems: i
     (``task.bsv_examples(n)``: (prompt, prefix, continuation, regime) texts) and cached in the checkpoint directory
     beside the weights (written to a temporary file, then renamed: never half-written). None when the task drafts
     none."""
-    draft = getattr(task, "bsv_examples", None)
-    if draft is None:
-        return None
     path = Path(checkpoint) / f"bsv_{task.name}_{n_problems}_w{window}.pt"
     if path.exists():
         return path
+    drafts = hook(task, "bsv_examples")(n_problems)
+    if drafts is None:
+        return None
 
     def ids(text):
         return tokenizer.encode(text, add_special_tokens=False)
 
-    examples = [BSVExample(ids(prompt + prefix), ids(cont), regime) for prompt, prefix, cont, regime in draft(n_problems)]
+    examples = [BSVExample(ids(prompt + prefix), ids(cont), regime) for prompt, prefix, cont, regime in drafts]
     direction = fit_bsv(model, examples, window_after=window, window_before=window)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     direction.save(tmp)

@@ -47,11 +47,11 @@ def run_evaluate(cfg: EvaluateConfig, console=None) -> dict:
     from rich.table import Table
     from tqdm import tqdm
 
+    from bsb.embedded.model import resolve_model
     from bsb.engine.hf_backend import HFBackend
     from bsb.engine.hf_model import load_for_inference
     from bsb.tasks.prompting import render_prompt
     from bsb.tasks.registry import offline_task
-    from bsb.tasks.tiny_model import resolve_model
 
     if cfg.k < 1 or cfg.n_problems < 1:
         raise ValueError("k and n_problems must be >= 1")

@@ -58,9 +58,9 @@ def judge_client(cfg: OfflineConfig):
     if cfg.judge_url == "local":
         import transformers
 
+        from bsb.embedded.model import resolve_model
         from bsb.engine.hf_backend import HFBackend
         from bsb.engine.hf_model import load_for_inference
-        from bsb.tasks.tiny_model import resolve_model
 
         path = resolve_model(cfg.judge_model)
         tok = transformers.AutoTokenizer.from_pretrained(path)

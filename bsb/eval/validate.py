@@ -114,10 +114,10 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     from rich.table import Table
     from tqdm import tqdm
 
+    from bsb.embedded.model import resolve_model
     from bsb.engine.hf_backend import HFBackend
     from bsb.engine.hf_model import load_for_inference
     from bsb.eval.figures import bar_chart, case_plot
-    from bsb.tasks.tiny_model import resolve_model
 
     console = console or Console()
     name = cfg.task or ("math" if cfg.problems else "walk")

@@ -7,7 +7,7 @@ generation prompt appended. The tokenizer is any object with ``apply_chat_templa
 
 from __future__ import annotations
 
-from bsb.tasks.task import Problem
+from bsb.tasks.base import Problem
 
 PROMPT_FORMATS = ("plain", "chat")
 

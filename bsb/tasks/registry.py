@@ -11,11 +11,11 @@ import importlib
 import inspect
 from collections.abc import Mapping
 
-from bsb.tasks.arith_task import ArithTask
-from bsb.tasks.code_task import CodeTask
-from bsb.tasks.math_task import MathTask
-from bsb.tasks.task import ATTRIBUTES, METHODS, Task
-from bsb.tasks.walk_task import WalkTask
+from bsb.tasks.base import ATTRIBUTES, METHODS, Task
+from bsb.tasks.code.task import CodeTask
+from bsb.tasks.math.task import MathTask
+from bsb.tasks.synthetic.arith import ArithTask
+from bsb.tasks.synthetic.walk import WalkTask
 
 TASKS: dict[str, type] = {"walk": WalkTask, "arith": ArithTask, "math": MathTask, "code": CodeTask}
 

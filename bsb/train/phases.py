@@ -26,7 +26,7 @@ import torch
 
 from bsb.engine.device import autocast
 from bsb.engine.selectors import Selector
-from bsb.tasks.task import Problem, Task
+from bsb.tasks.base import Problem, Task
 from bsb.train.advantages import advantages
 from bsb.train.config import TrainConfig
 from bsb.train.loss import composite_loss, flat_loss, response_logprobs, zero_grad_step

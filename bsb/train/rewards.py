@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bsb.tasks.task import Verdict
+from bsb.tasks.base import Verdict
 
 
 @dataclass(frozen=True)

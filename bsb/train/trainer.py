@@ -33,14 +33,14 @@ from pathlib import Path
 
 import torch
 
+from bsb.embedded.model import resolve_model
 from bsb.engine.backend import capabilities
 from bsb.engine.boundaries import newline_token_mask
 from bsb.engine.device import check_colocation, resolve_device, resolve_dtype
 from bsb.engine.selectors import SelectorConfig, make_selector
+from bsb.tasks.base import Problem
 from bsb.tasks.prompting import render_prompt
 from bsb.tasks.registry import make_task
-from bsb.tasks.task import Problem
-from bsb.tasks.tiny_model import resolve_model
 from bsb.train import phases
 from bsb.train.config import TrainConfig
 from bsb.train.rewards import RewardConfig

@@ -78,9 +78,9 @@ def test_errors(model):
 
 
 def test_a_tasks_direction_is_fitted_on_its_drafted_regimes_once_and_cached_with_the_model(tmp_path, monkeypatch):
+    from bsb.embedded.tokenizer import walk_tokenizer
     from bsb.engine import bsv
     from bsb.tasks.registry import make_task
-    from bsb.tasks.tokenizer import walk_tokenizer
 
     tok, task = walk_tokenizer(), make_task("walk")
     cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,

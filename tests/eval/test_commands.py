@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bsb.cli import main
-from bsb.tasks.tiny_model import TinyConfig, train_tiny_model
+from bsb.embedded.model import TinyConfig, train_tiny_model
 
 pytest.importorskip("transformers")
 

@@ -101,7 +101,7 @@ def test_ties_go_to_the_earlier_checkpoint(tmp_path):
 @pytest.mark.slow
 def test_sweep_end_to_end_trains_each_run_once_and_resumes(tmp_path, capsys):
     from bsb.cli import main
-    from bsb.tasks.tiny_model import TinyConfig, train_tiny_model
+    from bsb.embedded.model import TinyConfig, train_tiny_model
 
     model = train_tiny_model(TinyConfig(steps=40, batch=8, hidden=64, layers=1, max_operand=3, ops=(1, 2)), tmp_path / "m", progress=False)
     shared = dict(model=str(model), backend="hf", steps=2, prompts_per_step=2, gen_prompts=2, chains=2, siblings=1, max_response_len=32,

@@ -13,7 +13,7 @@ from scripted_server import ROW, FakeServers, ScriptedServer, ScriptedTask
 
 from bsb.integrations.verl import plugin
 from bsb.integrations.verl.estimators import encode_uid
-from bsb.tasks.task import Problem
+from bsb.tasks.base import Problem
 from bsb.train.advantages import advantages
 from bsb.train.rewards import RewardConfig, leaf_reward
 from bsb.train.tree import Leaf, PromptTree
@@ -176,8 +176,8 @@ def test_the_estimator_reads_its_options_from_the_bsb_section_of_the_root_config
 
 def test_a_code_rows_ground_truth_becomes_the_code_tasks_hidden_tests():
     from bsb.integrations.verl.tree_loop import problem_from_row
-    from bsb.tasks.code_problems import CodeTests
-    from bsb.tasks.code_task import CodeTask
+    from bsb.tasks.code.problems import CodeTests
+    from bsb.tasks.code.task import CodeTask
 
     tests = '[{"input": "2\\n", "output": "4\\n", "testtype": "stdin"}]'
     problem = problem_from_row(dict(ROW, reward_model={"ground_truth": tests}), CodeTask(workers=1))

@@ -4,11 +4,11 @@ import random
 
 import pytest
 
-from bsb.tasks.arith_task import ArithTask
-from bsb.tasks.math_task import MathTask
+from bsb.tasks.base import Problem, Task
+from bsb.tasks.math.task import MathTask
 from bsb.tasks.registry import make_task, offline_task
-from bsb.tasks.task import Problem, Task
-from bsb.tasks.walk_task import WalkTask
+from bsb.tasks.synthetic.arith import ArithTask
+from bsb.tasks.synthetic.walk import WalkTask
 
 
 def test_named_tasks_and_options():

@@ -2,9 +2,9 @@
 
 import pytest
 
-from bsb.tasks.math_grader import gated_reward
-from bsb.tasks.math_task import MathTask
-from bsb.tasks.task import Problem, Verdict
+from bsb.tasks.base import Problem, Verdict
+from bsb.tasks.math.grader import gated_reward
+from bsb.tasks.math.task import MathTask
 from bsb.train.rewards import RewardConfig, leaf_reward, overlong_penalty
 
 

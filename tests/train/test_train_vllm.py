@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'bsb[vllm]')")
 
-from bsb.tasks.tiny_model import TinyConfig, train_tiny_model  # noqa: E402
+from bsb.embedded.model import TinyConfig, train_tiny_model  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from bsb.tasks.tiny_model import TinyConfig, train_tiny_model
+from bsb.embedded.model import TinyConfig, train_tiny_model
 from bsb.train import phases
 from bsb.train.config import TrainConfig, parse_overrides
 from bsb.train.trainer import Trainer

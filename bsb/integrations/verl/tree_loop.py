@@ -35,8 +35,8 @@ from bsb.engine.selectors import SelectorConfig, make_selector
 from bsb.integrations.verl.probe_client import CompletionsProbe, PromptLogprobsProbe
 from bsb.integrations.verl.server_backend import ServerBackend
 from bsb.integrations.verl.settings import BsbSettings, check_config, server_max_logprobs
+from bsb.tasks.base import Problem, Task, hook
 from bsb.tasks.registry import make_task
-from bsb.tasks.task import Problem, Task
 from bsb.train.phases import score_trees
 from bsb.train.rewards import RewardConfig
 from bsb.train.rollout import TreeConfig, flat_rollout, tree_rollout
@@ -96,8 +96,7 @@ def problem_from_row(row: Mapping[str, Any], task: Task | None = None) -> Proble
     text = next((m.get("content", "") for m in reversed(messages) if isinstance(m, Mapping) and m.get("role") == "user"), "")
     meta = dict(row.get("extra_info") or {})
     meta.setdefault("data_source", row.get("data_source"))
-    parse = getattr(task, "parse_answer", None)
-    answer = parse(reward_model["ground_truth"]) if parse is not None else reward_model["ground_truth"]
+    answer = hook(task, "parse_answer")(reward_model["ground_truth"])
     return Problem(str(row.get("uid")), str(text), answer, meta)
 
 

@@ -1,0 +1,233 @@
+"""The embedded default models: tiny Qwen3s trained by supervised fine-tuning on a synthetic task (``walk``, the
+default's map walks; ``arith``, the earlier arithmetic chains; ``code``, the embedded code default's programs).
+
+Qwen3 architecture with head_dim 64, so that vLLM's CPU attention serves it. Training uses the task's tokenizer
+(counts and map entries as single tokens for ``walk``, characters otherwise), the synthetic chains with their detours,
+and a loss on the response tokens only; for ``walk`` also on the final answer stated after ``=>`` at a random line
+boundary (:func:`bsb.tasks.synthetic_walk.probe_example`), so that the probe reads a belief over the final answer. It is
+deterministic for a seed and takes a few minutes on a 2-core CPU. The checkpoint is a normal Hugging Face
+directory under ``$BSB_CACHE`` (default ``~/.cache/bsb``), keyed by the training settings, and is reused when
+present.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from bsb.embedded.tokenizer import char_tokenizer, walk_tokenizer
+from bsb.tasks.base import hook
+from bsb.tasks.synthetic.arith import make_problem, training_chains
+from bsb.tasks.synthetic.code import training_programs
+from bsb.tasks.synthetic.walk import probe_example
+from bsb.tasks.synthetic.walk import training_chains as walk_chains
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    seed: int = 0
+    steps: int = 2000  # optimizer steps (about 2 minutes on 2 cores)
+    batch: int = 8  # chains per step (more small steps beat fewer large ones at a fixed budget)
+    lr: float = 3e-3
+    hidden: int = 128  # d_model (2 heads of 64)
+    layers: int = 2  # 2 layers and more steps beat 4 layers in the same time (see the issue-5 note)
+    ops: tuple[int, ...] = (1, 2, 2, 3, 3, 4)  # difficulties in the training set (drawn uniformly from this tuple)
+    detour_frac: float = 0.3
+    max_operand: int = 5  # operands are drawn from [0, max_operand] (9 leaves too many facts to learn in minutes)
+    task: str = "arith"  # the synthetic task it learns: walk (synthetic_walk) | arith (synthetic) | code (synthetic_code)
+    probe_frac: float = 0.5  # walk: chains that also teach the final answer after "=>" at a random boundary
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"TinyConfig.task must be one of {', '.join(TASKS)}, got {self.task!r}")
+
+    def key(self) -> str:
+        # arith and code keys predate the task and probe_frac fields: they keep their names
+        legacy = () if self.task == "walk" else (("task", "arith"), ("probe_frac", 0.5))
+        fields = {k: v for k, v in asdict(self).items() if (k, v) not in legacy}
+        return "tiny-qwen3-" + "-".join(f"{k}{v}" for k, v in fields.items()).replace(" ", "").replace(",", "_").replace("(", "").replace(")", "")
+
+
+TASKS = ("walk", "arith", "code")
+# the embedded default model of `bsb demo`, `bsb validate` and `bsb train`: running tallies of 8-22 terms
+EMBEDDED = TinyConfig(steps=2700, task="walk", ops=tuple(range(8, 23)), detour_frac=0.3, probe_frac=0.5)
+EMBEDDED_ARITH = TinyConfig()  # the earlier miniature (`--set task=arith`): character-level expression chains
+# the embedded code default (`--set task=code`): programs through named variables, one line per step
+EMBEDDED_CODE = TinyConfig(steps=2000, layers=3, ops=(1, 2, 2, 3, 3), detour_frac=0.2, max_operand=5, task="code")
+EMBEDDED_BY_TASK = {"walk": EMBEDDED, "arith": EMBEDDED_ARITH, "code": EMBEDDED_CODE}
+
+
+def embedded_config(task=None) -> TinyConfig:
+    """The embedded default of ``task``: its ``embedded_model`` hook (``walk``, ``arith`` or ``code``; None: the
+    arithmetic model, kept for tasks written before the hook); with no task, the walk default."""
+    if task is None:
+        return EMBEDDED
+    name = hook(task, "embedded_model") or "arith"
+    if name not in EMBEDDED_BY_TASK:
+        raise ValueError(f"task {task.name!r}: embedded_model {name!r} is not an embedded default; choose one of "
+                         f"{', '.join(EMBEDDED_BY_TASK)} (or None)")
+    return EMBEDDED_BY_TASK[name]
+
+
+def quick_config(task=None) -> TinyConfig:
+    """A test-size model of the task's embedded default, trained in seconds (``bsb demo --quick``: a pipeline check)."""
+    base = embedded_config(task) if task is not None else EMBEDDED_ARITH
+    return TinyConfig(steps=60, batch=8, hidden=64, layers=1, ops=base.ops[:2], task=base.task, max_operand=base.max_operand)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("BSB_CACHE", Path.home() / ".cache" / "bsb"))
+
+
+def resolve_model(name: str | Path, task=None) -> Path:
+    """A checkpoint directory: ``"embedded"`` builds (or reuses) the embedded default of ``task`` (its
+    ``embedded_model`` attribute: ``walk`` or ``code``; the arithmetic model for a task without one); with no task,
+    the embedded default (walk); anything else must be a local Hugging Face checkpoint."""
+    if str(name) == "embedded":
+        return train_tiny_model(embedded_config(task))
+    path = Path(name)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"model {str(name)!r}: no Hugging Face checkpoint (config.json) there; pass a local directory or 'embedded'")
+    return path
+
+
+def _model(cfg: TinyConfig, vocab: int, tok):
+    import transformers
+
+    mcfg = transformers.Qwen3Config(
+        vocab_size=vocab, hidden_size=cfg.hidden, intermediate_size=4 * cfg.hidden, num_hidden_layers=cfg.layers,
+        num_attention_heads=cfg.hidden // 64, num_key_value_heads=cfg.hidden // 64, head_dim=64, max_position_embeddings=512,
+        tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
+    )
+    return transformers.AutoModelForCausalLM.from_config(mcfg)
+
+
+def train_tiny_model(cfg: TinyConfig = TinyConfig(), out_dir: str | Path | None = None, progress: bool = True) -> Path:
+    """Train (or reuse) the tiny model; returns its checkpoint directory."""
+    out = Path(out_dir) if out_dir is not None else cache_dir() / cfg.key()
+    if (out / "config.json").exists() and (out / "bsb_train.json").exists():
+        return out
+    from tqdm import tqdm
+
+    torch.manual_seed(cfg.seed)
+    tok = walk_tokenizer() if cfg.task == "walk" else char_tokenizer()
+    model = _model(cfg, len(tok), tok).train()
+    examples = _examples(cfg)
+    # Batches of one difficulty: similar lengths, so little compute goes to padding. Their order is shuffled.
+    examples.sort(key=lambda e: e[0])
+    order = list(range(cfg.steps))
+    random.Random(cfg.seed).shuffle(order)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warmup = max(1, cfg.steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / cfg.steps))))
+    start, losses = time.perf_counter(), []
+    bar = tqdm(range(cfg.steps), desc="training the tiny model", disable=not progress)
+    for step in bar:
+        seqs = [seq for e in examples[order[step] * cfg.batch : (order[step] + 1) * cfg.batch] for seq in e[1]]
+        ids, labels, probe = _batch(tok, seqs)
+        loss = _loss(model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long()).logits, labels, probe)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    seconds = time.perf_counter() - start
+    # Written beside the cache entry, then renamed into place: a killed run or a concurrent one never leaves a
+    # half-written checkpoint where another process would load it (one without bsb_train.json is rebuilt).
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    model.eval().save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "bsb_train.json").write_text(json.dumps({"config": asdict(cfg), "seconds": seconds, "final_loss": losses[-1]}, indent=1))
+    if out.exists() and not (out / "bsb_train.json").exists():
+        shutil.rmtree(out)  # a half-written checkpoint (a run killed while saving, before this code wrote atomically)
+    try:
+        os.replace(tmp, out)
+    except OSError:  # another process finished the same model first: keep its copy
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _examples(cfg: TinyConfig) -> list[tuple[int, list[tuple[str, str, bool]]]]:
+    """(difficulty, sequences) of every training example of the config's task; a sequence is (context, target,
+    eos): the loss falls on the target's tokens, and on an EOS after them when ``eos``."""
+    n = cfg.steps * cfg.batch
+    if cfg.task == "code":
+        return [(r.n_ops, [(r.prompt, text, True)]) for r, text in training_programs(n, cfg.seed, cfg.ops, cfg.detour_frac, cfg.max_operand)]
+    if cfg.task == "walk":
+        rng = random.Random(cfg.seed + 1)
+        out = []
+        for c in walk_chains(n, cfg.seed, cfg.ops, cfg.detour_frac):
+            seqs = [(c.problem.prompt, c.response, True)]
+            if rng.random() < cfg.probe_frac:
+                prompt, partial, answer = probe_example(c, rng)
+                seqs.append((prompt + partial, answer, False))  # the answer only: no loss on the cut chain, no EOS
+            out.append((c.problem.n_ops, seqs))
+        return out
+    chains = training_chains(n, seed=cfg.seed, ops=cfg.ops, detour_frac=cfg.detour_frac, max_operand=cfg.max_operand)
+    return [(c.problem.n_ops, [(c.problem.prompt, c.response, True)]) for c in chains]
+
+
+def _batch(tok, seqs: list[tuple[str, str, bool]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids, labels on the targets' tokens only (and the EOS after them where asked), and which rows are
+    probe examples (no EOS)."""
+    ids_list, masks = [], []
+    for context, target, eos in seqs:
+        ci = tok.encode(context, add_special_tokens=False)
+        ti = tok.encode(target, add_special_tokens=False) + ([tok.eos_token_id] if eos else [])
+        ids_list.append(ci + ti)
+        masks.append([False] * len(ci) + [True] * len(ti))
+    width = max(map(len, ids_list))
+    ids = torch.full((len(ids_list), width), tok.pad_token_id)
+    labels = torch.full((len(ids_list), width), -100)
+    for i, (s, m) in enumerate(zip(ids_list, masks)):
+        ids[i, : len(s)] = torch.tensor(s)
+        labels[i, : len(s)] = torch.where(torch.tensor(m), torch.tensor(s), torch.tensor(-100))
+    return ids, labels, torch.tensor([not eos for _, _, eos in seqs])
+
+
+def _loss(logits: torch.Tensor, labels: torch.Tensor, probe: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy over the chains' target tokens, plus the mean over the probe examples' answer
+    tokens (a few tokens a batch: averaged with the chains' they would carry almost no weight)."""
+    nll = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), reduction="none").view(labels.shape[0], -1)
+    mask = labels[:, 1:] != -100
+    loss = nll[~probe][mask[~probe]].mean()
+    if probe.any():
+        loss = loss + nll[probe][mask[probe]].mean()
+    return loss
+
+
+@torch.no_grad()
+def accuracy_by_difficulty(path: str | Path, per_op: int = 50, ops: tuple[int, ...] = (1, 2, 3, 4, 5), seed: int = 12345) -> dict[int, float]:
+    """Greedy accuracy on fresh problems (a seed disjoint from training) for each number of operations."""
+    import transformers
+
+    from bsb.tasks.math.grader import MathGrader
+
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+    max_operand = json.loads((Path(path) / "bsb_train.json").read_text())["config"].get("max_operand", 9)
+    grader, rng, out = MathGrader(), random.Random(seed), {}
+    for n in ops:
+        problems = [make_problem(rng, n, max_operand) for _ in range(per_op)]
+        enc = [tok.encode(p.prompt, add_special_tokens=False) for p in problems]
+        width = max(map(len, enc))
+        ids = torch.tensor([[tok.pad_token_id] * (width - len(e)) + e for e in enc])
+        gen = model.generate(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), max_new_tokens=40 * n + 40,
+                             do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        texts = tok.batch_decode(gen[:, width:], skip_special_tokens=True)
+        out[n] = sum(grader.grade(t, str(p.answer)) for t, p in zip(texts, problems)) / per_op
+    return out

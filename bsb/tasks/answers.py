@@ -1,0 +1,51 @@
+"""Answer text: how a response states its answer and how to read it back (the boxed answer, DAPO's ``Answer:`` line, a
+multiple-answer list), shared by the math grader, the problem-file schemas and the synthetic arithmetic chains."""
+
+from __future__ import annotations
+
+import re
+
+_BOX = re.compile(r"\\(?:boxed|fbox)\s*")
+ANSWER_PREFIX = "So the final answer is \\boxed{"  # how a boxed-answer chain states its answer; the math probes' suffix
+
+
+def extract_boxed(text: str) -> str | None:
+    """The content of the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces kept), or of ``\\boxed 5``."""
+    last = None
+    for m in _BOX.finditer(text):
+        start = m.end()
+        if start < len(text) and text[start] == "{":
+            depth, j = 0, start
+            while j < len(text):
+                depth += {"{": 1, "}": -1}.get(text[j], 0)
+                if depth == 0:
+                    last = text[start + 1 : j]
+                    break
+                j += 1
+        else:
+            word = re.match(r"[^\s$]+", text[start:])
+            if word:
+                last = word.group(0)
+    return last
+
+
+_ANSWER_LINE = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
+
+
+def extract_answer_line(text: str) -> str | None:
+    """DAPO's convention, the extraction rule of verl's ``math_dapo`` reward: the last ``Answer: ...`` line within
+    the response's last 300 characters (the rest of that line)."""
+    found = _ANSWER_LINE.findall(text[-300:])
+    return found[-1].strip() if found else None
+
+
+def split_top_level(answer: str) -> list[str]:
+    """Split a multiple-answer string at commas outside brackets (``1, (2, 3)`` -> ``["1", "(2, 3)"]``)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(answer):
+        depth += {"{": 1, "(": 1, "[": 1, "}": -1, ")": -1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(answer[start:i])
+            start = i + 1
+    parts.append(answer[start:])
+    return [p.strip() for p in parts if p.strip()]

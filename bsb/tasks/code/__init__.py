@@ -1,0 +1,1 @@
+"""The code domain: the ``code`` task, DeepCoder / LiveCodeBench loaders and the sandbox that runs model-written programs."""

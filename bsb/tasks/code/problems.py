@@ -1,0 +1,206 @@
+"""Code problems with hidden tests: :class:`CodeTests` and the loaders of the public DeepCoder and LiveCodeBench rows.
+
+Two test styles, as the sources use them:
+
+* ``stdin``: the program reads ``input`` and must print ``output`` (compared line by line, whitespace-trimmed,
+  numbers within 1e-6);
+* ``function``: ``fn_name`` (a function, or a method of ``class Solution``) is called with the arguments of
+  ``input`` (one JSON value per line) and must return the JSON value ``output``.
+
+Row formats (recognised from the columns, or named with ``format=``):
+
+* ``deepcoder`` (agentica-org/DeepCoder-Preview-Dataset): ``problem``, ``tests`` (a JSON string or list) in its
+  sub-sets' shapes: a list of ``{input, output, testtype: stdin|functional, metadata: {func_name}}`` (lcbv5), a list
+  of ``{type: stdin_stdout|function_call, input, output, fn_name}`` (primeintellect), or ``{inputs, outputs,
+  fn_name}`` (taco); optional ``starter_code`` and ``metadata``.
+* ``livecodebench`` (livecodebench/code_generation_lite): ``question_content``, ``question_id``, ``starter_code``,
+  ``public_test_cases`` (JSON), ``private_test_cases`` (JSON, or the lite release's base64 + zlib + pickle of the
+  JSON text, read with an unpickler that accepts nothing but strings), ``metadata`` (JSON: ``func_name``).
+
+Every malformed row is an error naming the file, the line (or row) and the field.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import pickle
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from bsb.tasks.base import Problem
+from bsb.tasks.data.files import read_rows, rows_to_problems
+from bsb.tasks.data.schemas import RowError
+
+FORMATS = ("deepcoder", "livecodebench")
+
+
+@dataclass(frozen=True)
+class CodeTests:
+    style: str  # "stdin" | "function"
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    fn_name: str | None = None
+
+    def __post_init__(self):
+        if self.style not in ("stdin", "function"):
+            raise RowError(f"test style must be stdin or function, got {self.style!r}")
+        if not self.inputs:
+            raise RowError("no tests")
+        if len(self.inputs) != len(self.outputs):
+            raise RowError(f"{len(self.inputs)} test inputs but {len(self.outputs)} expected outputs")
+        if self.style == "function" and not self.fn_name:
+            raise RowError("function-call tests without a function name (fn_name / metadata.func_name)")
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+
+class _StringsOnly(pickle.Unpickler):
+    def find_class(self, module, name):  # no class may be loaded: a data file must not run code
+        raise RowError(f"the pickled tests name {module}.{name}: only strings are accepted")
+
+
+def _decode(raw, field: str):
+    """A JSON value from a JSON string, an already-decoded value, or LiveCodeBench's compressed form."""
+    if not isinstance(raw, (str, bytes)):
+        return raw
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        pass
+    try:
+        text = _StringsOnly(io.BytesIO(zlib.decompress(base64.b64decode(raw)))).load()
+    except RowError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any decoding failure is a malformed field
+        raise RowError(f"field {field!r} is neither JSON nor base64/zlib-compressed JSON ({type(err).__name__})") from None
+    if not isinstance(text, str):
+        raise RowError(f"field {field!r} decompresses to {type(text).__name__}, not JSON text")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RowError(f"field {field!r}: compressed JSON does not parse ({err.msg})") from None
+
+
+def _args_text(value) -> str:
+    """Function-call input as one JSON value per line (LiveCodeBench's form); a list of arguments is spread."""
+    if isinstance(value, str):
+        return value
+    return "\n".join(json.dumps(v) for v in (value if isinstance(value, list) else [value]))
+
+
+def _out_text(value, style: str) -> str:
+    if style == "function":
+        if isinstance(value, str):
+            try:
+                json.loads(value)
+                return value
+            except json.JSONDecodeError:
+                return json.dumps(value)
+        return json.dumps(value[0] if isinstance(value, list) and len(value) == 1 else value)
+    if isinstance(value, list):
+        value = "\n".join(map(str, value))
+    if value is None:
+        raise RowError("a test without an expected output")
+    return str(value)
+
+
+STYLE = {"stdin": "stdin", "stdin_stdout": "stdin", "functional": "function", "function_call": "function", "call": "function"}
+
+
+def parse_tests(raw, field: str, fn_hint: str | None = None) -> CodeTests:
+    """:class:`CodeTests` from any of the test shapes above."""
+    tests = _decode(raw, field)
+    if isinstance(tests, dict) and "inputs" in tests:  # taco / apps
+        fn = tests.get("fn_name") or fn_hint
+        style = "function" if fn else "stdin"
+        ins, outs = tests.get("inputs") or [], tests.get("outputs")
+        if outs is None or len(outs) != len(ins):
+            raise RowError(f"field {field!r}: {len(ins)} inputs but {0 if outs is None else len(outs)} outputs")
+        return CodeTests(style, tuple(_args_text(i) if style == "function" else _out_text(i, "stdin") for i in ins),
+                         tuple(_out_text(o, style) for o in outs), fn)
+    if not isinstance(tests, list) or not tests:
+        raise RowError(f"field {field!r}: expected a non-empty list of tests, got {type(tests).__name__}")
+    styles, ins, outs, fn = set(), [], [], fn_hint
+    for j, t in enumerate(tests):
+        if not isinstance(t, dict):
+            raise RowError(f"field {field!r}, test {j}: expected an object, got {type(t).__name__}")
+        kind = t.get("testtype", t.get("type", "stdin"))
+        if kind not in STYLE:
+            raise RowError(f"field {field!r}, test {j}: unknown test type {kind!r}")
+        style = STYLE[kind]
+        styles.add(style)
+        if "input" not in t:
+            raise RowError(f"field {field!r}, test {j}: no 'input'")
+        if t.get("output") is None:
+            raise RowError(f"field {field!r}, test {j}: no expected 'output'")
+        fn = t.get("fn_name") or (t.get("metadata") or {}).get("func_name") or fn
+        ins.append(_args_text(t["input"]) if style == "function" else str(t["input"]))
+        outs.append(_out_text(t["output"], style))
+    if len(styles) > 1:
+        raise RowError(f"field {field!r}: tests mix styles {sorted(styles)}")
+    return CodeTests(styles.pop(), tuple(ins), tuple(outs), fn)
+
+
+def _meta(raw) -> dict:
+    value = _decode(raw, "metadata") if raw not in (None, "") else {}
+    return value if isinstance(value, dict) else {}
+
+
+def _deepcoder(row: dict, i: int, stem: str) -> Problem:
+    text = row.get("problem") or row.get("question")
+    if not text or not str(text).strip():
+        raise RowError("missing or empty field 'problem'")
+    meta = _meta(row.get("metadata"))
+    tests = parse_tests(row.get("tests"), "tests", meta.get("func_name"))
+    pid = str(row.get("id") or row.get("problem_id") or f"{stem}-{i}")
+    return Problem(pid, str(text).strip(), tests, {"starter_code": row.get("starter_code") or "", "source": "deepcoder"})
+
+
+def _livecodebench(row: dict, i: int, stem: str) -> Problem:
+    text = row.get("question_content")
+    if not text or not str(text).strip():
+        raise RowError("missing or empty field 'question_content'")
+    meta = _meta(row.get("metadata"))
+    public = parse_tests(row.get("public_test_cases") or "[]", "public_test_cases", meta.get("func_name")) \
+        if _decode(row.get("public_test_cases") or "[]", "public_test_cases") else None
+    private = parse_tests(row.get("private_test_cases"), "private_test_cases", meta.get("func_name"))
+    if public is not None and public.style != private.style:
+        raise RowError("public_test_cases and private_test_cases differ in style")
+    tests = private if public is None else CodeTests(private.style, public.inputs + private.inputs, public.outputs + private.outputs,
+                                                      private.fn_name or public.fn_name)
+    pid = str(row.get("question_id") or f"{stem}-{i}")
+    meta_out = {"starter_code": row.get("starter_code") or "", "platform": row.get("platform"), "difficulty": row.get("difficulty"),
+                "contest_date": str(row.get("contest_date") or ""), "source": "livecodebench"}
+    return Problem(pid, str(text).strip(), tests, meta_out)
+
+
+READERS = {"deepcoder": _deepcoder, "livecodebench": _livecodebench}
+
+
+def detect_code_format(row: dict) -> str | None:
+    if "question_content" in row and "private_test_cases" in row:
+        return "livecodebench"
+    if ("problem" in row or "question" in row) and "tests" in row:
+        return "deepcoder"
+    return None
+
+
+def load_code_problems(path: str | Path, format: str | None = None) -> list[Problem]:
+    """Every problem of a DeepCoder or LiveCodeBench file (JSONL, JSON, Parquet or CSV)."""
+    path = Path(path)
+    if format is not None and format not in READERS:
+        raise ValueError(f"unknown code problem format {format!r}; choose one of {', '.join(FORMATS)}")
+    rows = read_rows(path)
+
+    def read(row: dict, i: int) -> Problem:
+        kind = format or detect_code_format(row)
+        if kind is None:
+            raise RowError(f"not a DeepCoder (problem, tests) or LiveCodeBench (question_content, private_test_cases) row; "
+                           f"columns found: {', '.join(map(str, row))}")
+        return READERS[kind](row, i, path.stem)
+
+    return rows_to_problems(path, rows, read, "an object")

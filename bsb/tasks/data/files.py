@@ -1,0 +1,107 @@
+"""Problem files: JSONL, JSON, Parquet or CSV, in any schema of :mod:`bsb.tasks.data.schemas`.
+
+The schema is recognised from the first row's columns, or named (``format=``); every row must be of that schema
+(a file mixing schemas is an error). A malformed row is an error that names the file, the line (or row) and the
+field; a gold answer is never guessed from a field it cannot be read from.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bsb.tasks.base import Problem
+from bsb.tasks.data.schemas import SCHEMAS, RowError, detect
+
+SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+
+
+@dataclass(frozen=True)
+class ProblemSet:
+    path: Path
+    schema: str  # the schema name (bsb.tasks.schemas.SCHEMAS)
+    problems: list[Problem]
+    columns: list[str]  # the first row's columns, as found
+
+
+def read_rows(path: str | Path) -> list[tuple[str, object]]:
+    """``(where, row)`` of every record: where is ``line N`` (JSONL) or ``row N``."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no problem file at {path}")
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as err:
+            raise ImportError("reading Parquet needs pyarrow (pip install pyarrow)") from err
+        return [(f"row {i}", r) for i, r in enumerate(pq.read_table(path).to_pylist())]
+    if path.suffix == ".csv":
+        with path.open(newline="", encoding="utf-8") as f:
+            return [(f"row {i}", dict(r)) for i, r in enumerate(csv.DictReader(f))]
+    if path.suffix == ".json":
+        data = json.loads(path.read_text())
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: a .json problem file holds a list of objects")
+        return [(f"row {i}", r) for i, r in enumerate(data)]
+    if path.suffix == ".jsonl":
+        rows = []
+        for n, line in enumerate(path.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((f"line {n}", json.loads(line)))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{n}: not a JSON object ({err.msg}); one problem per line") from None
+        return rows
+    raise ValueError(f"{path}: unknown problem file type {path.suffix!r}; use {', '.join(SUFFIXES)}")
+
+
+def rows_to_problems(path: Path, rows: list[tuple[str, object]], read: Callable[[dict, int], Problem],
+                     what: str = "an object with prompt and answer fields") -> list[Problem]:
+    """Every row through ``read(row, index)``: no rows, a row that is not an object, a :class:`RowError` (re-raised naming the file
+    and the row) or a duplicate id is an error."""
+    if not rows:
+        raise ValueError(f"{path} holds no problems")
+    problems, seen = [], set()
+    for i, (where, row) in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}, {where}: expected {what}")
+        try:
+            problem = read(row, i)
+        except RowError as err:
+            raise ValueError(f"{path}, {where}: {err}") from None
+        if problem.id in seen:
+            raise ValueError(f"{path}, {where}: duplicate id {problem.id!r}")
+        seen.add(problem.id)
+        problems.append(problem)
+    return problems
+
+
+def load_problem_set(path: str | Path, format: str | None = None, seed: int = 0) -> ProblemSet:
+    """Every problem of ``path`` in schema ``format`` (None: recognised from the first row). ``seed`` fixes the
+    per-question option order of multiple-choice sets."""
+    path = Path(path)
+    if format is not None and format not in SCHEMAS:
+        raise ValueError(f"unknown problem format {format!r}; the recognised schemas are {', '.join(SCHEMAS)}")
+    rows = read_rows(path)
+    schema = [format]  # recognised from the first row when not named
+
+    def read(row: dict, i: int) -> Problem:
+        found = detect(row)
+        if schema[0] is None:
+            if found is None:
+                raise RowError(f"unknown schema; recognised: {', '.join(SCHEMAS)}; columns found: {', '.join(map(str, row))}")
+            schema[0] = found
+        elif format is None and found != schema[0]:
+            raise RowError(f"a {found or 'unknown'}-schema row in a {schema[0]} file (columns: {', '.join(map(str, row))}); one schema per file")
+        return SCHEMAS[schema[0]][0](row, i, path.stem, seed)
+
+    problems = rows_to_problems(path, rows, read)
+    return ProblemSet(path, schema[0], problems, [str(c) for c in rows[0][1]])  # rows is not empty here
+
+
+def load_problems(path: str | Path, format: str | None = None, seed: int = 0) -> list[Problem]:
+    return load_problem_set(path, format, seed).problems

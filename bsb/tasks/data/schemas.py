@@ -1,0 +1,210 @@
+"""The published schemas of the paper's data sets, each read into :class:`~bsb.tasks.task.Problem` rows.
+
+A schema is recognised from a row's columns (or named with ``format=``). Each reader returns the problem text the
+model sees, the gold answer and the *answer convention* (``problem.meta["convention"]``) its verifier applies:
+
+* ``boxed``: the last ``\\boxed{}`` of the response (MATH, OlympiadBench, AIME, Omni-MATH, GSM8K);
+* ``answer_line``: DAPO's ``Answer: ...`` line, the rule verl's ``math_dapo`` reward applies (the last match of
+  ``Answer\\s*:\\s*(...)`` in the response's last 300 characters);
+* ``choice``: a multiple-choice letter (GPQA), in ``\\boxed{}`` or on an ``Answer:`` line.
+
+``meta["answers"]`` holds every acceptable gold answer and ``meta["match"]`` whether any one of them (``any``) or all
+of them (``all``: OlympiadBench's multiple-answer problems, the box listing them separated by commas) must be
+given. Chat-message prompts (verl rows) keep their messages in ``meta["messages"]`` for ``prompt_format=chat``.
+
+========== ============================================================================================
+schema     columns (as published)
+========== ============================================================================================
+verl       ``prompt`` (chat messages), ``reward_model.ground_truth``, ``reward_model.style``, ``data_source``,
+           ``extra_info`` (DAPO-Math-17k and any verl RL parquet)
+olympiad   ``question``, ``final_answer`` (a list), ``is_multiple_answer``, ``unit``, ``answer_type``, ``id``
+gpqa       ``Question``, ``Correct Answer``, ``Incorrect Answer 1..3``, ``Record ID``
+math500    ``problem``, ``solution``, ``answer``, ``subject``, ``level``, ``unique_id``
+omni_math  ``problem``, ``answer``, ``solution``, ``domain``, ``difficulty``, ``source``
+aime       ``ID``/``Problem``/``Answer`` (2024), ``id``/``problem``/``answer``/``url``/``year`` (2025),
+           ``problem_idx``/``problem``/``answer`` (2026)
+gsm8k      ``question``, ``answer`` (a worked solution ending ``#### 72``)
+plain      ``prompt`` | ``problem`` | ``question`` and ``answer`` | ``final_answer`` | ``solution``, ``id``
+========== ============================================================================================
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from bsb.tasks.answers import extract_boxed
+from bsb.tasks.base import Problem
+
+CONVENTIONS = ("boxed", "answer_line", "choice")
+LETTERS = "ABCD"
+
+
+class RowError(ValueError):
+    """A row that cannot be read; the loader adds the file and the row."""
+
+
+def _text(row: Mapping, name: str) -> str:
+    value = row.get(name)
+    if value is None or not str(value).strip():
+        raise RowError(f"missing or empty field {name!r}")
+    return str(value).strip()
+
+
+def _strip_dollars(s: str) -> str:
+    s = s.strip()
+    while len(s) >= 2 and s.startswith("$") and s.endswith("$"):
+        s = s[1:-1].strip()
+    return s
+
+
+def _problem(pid: str, prompt: str, answers: list[str], convention: str, match: str = "any", **meta: Any) -> Problem:
+    answers = [a for a in (x.strip() for x in answers) if a]
+    if not answers:
+        raise RowError("the gold answer is empty")
+    gold = answers[0] if len(answers) == 1 else (", ".join(answers) if match == "all" else answers[0])
+    return Problem(pid, prompt, gold, {"convention": convention, "answers": answers, "match": match, **meta})
+
+
+# ---------------------------------------------------------------------------------------------- readers
+
+
+def read_verl(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
+    messages = row.get("prompt")
+    if not isinstance(messages, (list, tuple)) or not messages or not all(isinstance(m, Mapping) for m in messages):
+        raise RowError("field 'prompt' must be a non-empty list of chat messages ({role, content})")
+    for m in messages:
+        if "role" not in m or "content" not in m:
+            raise RowError("field 'prompt': every message needs 'role' and 'content'")
+    rm = row.get("reward_model")
+    if not isinstance(rm, Mapping) or rm.get("ground_truth") is None or not str(rm.get("ground_truth")).strip():
+        raise RowError("missing field 'reward_model.ground_truth'")
+    user = [str(m["content"]) for m in messages if m["role"] == "user"]
+    if not user:
+        raise RowError("field 'prompt' has no user message")
+    text = user[-1]
+    convention = "answer_line" if row.get("data_source") == "math_dapo" or "Answer:" in text else "boxed"
+    extra = row.get("extra_info") if isinstance(row.get("extra_info"), Mapping) else {}
+    pid = str(extra.get("index", f"{path_stem}-{index}"))
+    msgs = [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
+    return _problem(pid, text, [str(rm["ground_truth"])], convention, messages=msgs, style=str(rm.get("style", "")),
+                    data_source=str(row.get("data_source", "")))
+
+
+def read_olympiad(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
+    if "proof" in str(row.get("question_type", "")).lower():
+        raise RowError("a theorem-proving row has no final answer: use the open-ended subset (e.g. OE_TO_maths_en_COMP)")
+    if any(row.get(f"image_{i}") for i in range(1, 6)) or str(row.get("modality", "Text-only")) not in ("Text-only", ""):
+        raise RowError("a multimodal row needs its images: use the text-only subset (e.g. OE_TO_maths_en_COMP)")
+    question = _text(row, "question")
+    final = row.get("final_answer")
+    if not isinstance(final, (list, tuple)):
+        raise RowError(f"field 'final_answer' must be a list of answers, got {type(final).__name__}")
+    answers = [_strip_dollars(str(a)) for a in final if a is not None]
+    if not any(answers):
+        raise RowError("field 'final_answer' is a list of nothing")
+    multiple = bool(row.get("is_multiple_answer"))
+    unit = row.get("unit") or ""
+    return _problem(str(row.get("id", f"{path_stem}-{index}")), question, answers, "boxed", "all" if multiple else "any",
+                    unit=str(unit), answer_type=str(row.get("answer_type", "")))
+
+
+def read_gpqa(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
+    question = _text(row, "Question")
+    correct = _text(row, "Correct Answer")
+    wrong = []
+    for i in (1, 2, 3):
+        name = f"Incorrect Answer {i}"
+        value = row.get(name)
+        if value is None or not str(value).strip():
+            raise RowError(f"GPQA needs 4 options: missing or empty field {name!r}")
+        wrong.append(str(value).strip())
+    pid = str(row.get("Record ID") or f"{path_stem}-{index}")
+    options = [correct] + wrong
+    order = list(range(4))
+    random.Random(f"{seed}-{pid}").shuffle(order)  # a fixed permutation per question and seed
+    shown = [options[i] for i in order]
+    letter = LETTERS[order.index(0)]
+    prompt = question + "\n\n" + "\n".join(f"{LETTERS[j]}) {opt}" for j, opt in enumerate(shown))
+    return _problem(pid, prompt, [letter], "choice", options=shown)
+
+
+def read_math500(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
+    return _problem(str(row.get("unique_id") or f"{path_stem}-{index}"), _text(row, "problem"), [_text(row, "answer")], "boxed",
+                    subject=str(row.get("subject", "")), level=row.get("level"))
+
+
+def read_omni(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
+    return _problem(f"{path_stem}-{index}", _text(row, "problem"), [_strip_dollars(_text(row, "answer"))], "boxed",
+                    domain=list(row.get("domain") or []), difficulty=row.get("difficulty"), source=str(row.get("source", "")))
+
+
+def read_aime(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
+    text = next((str(row[k]).strip() for k in ("Problem", "problem", "question") if row.get(k) is not None and str(row[k]).strip()), None)
+    if text is None:
+        raise RowError("missing field 'problem' (or 'Problem', 'question')")
+    raw = next((row[k] for k in ("Answer", "answer") if row.get(k) is not None and str(row[k]).strip()), None)
+    if raw is None:
+        raise RowError("missing field 'answer' (or 'Answer')")
+    answer = _strip_dollars(str(raw))
+    if not answer.lstrip("-").isdigit():
+        raise RowError(f"an AIME answer is an integer, got {raw!r}")
+    pid = next((str(row[k]) for k in ("ID", "id", "problem_idx") if row.get(k) is not None), f"{path_stem}-{index}")
+    return _problem(pid, text, [str(int(answer))], "boxed", year=row.get("year"))
+
+
+def read_gsm8k(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
+    solution = _text(row, "answer")
+    if "####" not in solution:
+        raise RowError("a GSM8K answer ends with '#### <number>'")
+    final = solution.rsplit("####", 1)[1].strip().replace(",", "")
+    return _problem(f"{path_stem}-{index}", _text(row, "question"), [final], "boxed", solution=solution)
+
+
+PROMPT_FIELDS = ("prompt", "problem", "question")
+ANSWER_FIELDS = ("answer", "final_answer", "solution")
+ID_FIELDS = ("id", "unique_id")
+
+
+def read_plain(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
+    prompt = next((row[n] for n in PROMPT_FIELDS if row.get(n) is not None and str(row[n]).strip()), None)
+    if prompt is None:
+        raise RowError(f"missing field {PROMPT_FIELDS[0]!r} (or {', '.join(repr(n) for n in PROMPT_FIELDS[1:])})")
+    raw = next((row[n] for n in ANSWER_FIELDS if row.get(n) is not None and str(row[n]).strip()), None)
+    if raw is None:
+        raise RowError(f"missing field {ANSWER_FIELDS[0]!r} (or {', '.join(repr(n) for n in ANSWER_FIELDS[1:])})")
+    if isinstance(raw, (list, tuple)):
+        raise RowError("the answer field is a list: name the schema (e.g. format=olympiad) so its answers are read, not stringified")
+    text = str(raw).strip()
+    if "####" in text:  # a GSM8K-style worked answer
+        text = text.rsplit("####", 1)[1].strip().replace(",", "")
+    elif "\\boxed" in text or "\\fbox" in text:  # a MATH-style worked solution
+        boxed = extract_boxed(text)
+        if boxed is None:
+            raise RowError("the solution's \\boxed{} is not closed")
+        text = boxed.strip()
+    pid = next((str(row[f]) for f in ID_FIELDS if row.get(f) is not None), f"{path_stem}-{index}")
+    return _problem(pid, str(prompt), [text], "boxed")
+
+
+# ---------------------------------------------------------------------------------------------- detection
+
+# name -> (reader, whether a row's columns identify it); checked in order, plain last
+SCHEMAS: dict[str, tuple[Callable[..., Problem], Callable[[set[str], Mapping], bool]]] = {
+    "verl": (read_verl, lambda c, r: {"prompt", "reward_model"} <= c),
+    "olympiad": (read_olympiad, lambda c, r: {"question", "final_answer", "is_multiple_answer"} <= c),
+    "gpqa": (read_gpqa, lambda c, r: {"Question", "Correct Answer", "Incorrect Answer 1"} <= c),
+    "math500": (read_math500, lambda c, r: {"problem", "answer", "subject", "level", "unique_id"} <= c),
+    "omni_math": (read_omni, lambda c, r: {"problem", "answer", "domain", "difficulty", "source"} <= c),
+    "aime": (read_aime, lambda c, r: {"Problem", "Answer"} <= c or {"problem_idx", "problem", "answer"} <= c
+             or {"problem", "answer", "url", "year"} <= c),
+    "gsm8k": (read_gsm8k, lambda c, r: c == {"question", "answer"} and "####" in str(r.get("answer", ""))),
+    "plain": (read_plain, lambda c, r: bool(c & set(PROMPT_FIELDS + ANSWER_FIELDS))),  # names the field it misses
+}
+
+
+def detect(row: Mapping) -> str | None:
+    """The first schema whose columns ``row`` has (None: none does)."""
+    columns = set(row)
+    return next((name for name, (_, match) in SCHEMAS.items() if match(columns, row)), None)

@@ -1,0 +1,142 @@
+"""Math answers: extract the final boxed answer, normalise it, and grade it against the gold answer.
+
+Grading order: a normalised string match first (cheap, and it covers most correct answers), then an exact
+comparison when both sides are plain numbers (integers, decimals, integer fractions), then symbolic
+equivalence with math-verify (or sympy when math-verify is not installed). The symbolic step runs in a forked
+process with a time bound, because a hostile answer (deep nesting, a megabyte of digits, ``\\frac`` bombs) can
+make a symbolic parser run for minutes. Answers over the size or nesting limits are graded wrong without
+being parsed. Each such case is counted in :attr:`MathGrader.stats` and logged once per kind.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import re
+from collections import Counter
+from fractions import Fraction
+
+from bsb.tasks.answers import extract_boxed
+
+log = logging.getLogger(__name__)
+
+_STRIP = [r"\left", r"\right", r"\!", r"\,", r"\;", r"\:", "$", r"\displaystyle"]
+
+
+def normalize(answer: str) -> str:
+    """A canonical string: no spaces or sizing commands, \\dfrac/\\tfrac → \\frac, no trailing period, no
+    ``x =`` prefix, no thousands separators, no ``\\text{...}`` wrapper, no degree sign or ``\\%``."""
+    s = answer.strip()
+    for tok in _STRIP:
+        s = s.replace(tok, "")
+    s = s.replace(r"\dfrac", r"\frac").replace(r"\tfrac", r"\frac").replace("^\\circ", "").replace("^{\\circ}", "")
+    s = s.replace("\\%", "").replace("%", "")
+    s = re.sub(r"\\text\{([^{}]*)\}", r"\1", s)
+    s = re.sub(r"\s+", "", s)
+    s = re.sub(r"^[a-zA-Z]\s*=", "", s)
+    s = re.sub(r"(?<=\d),(?=\d{3}(\D|$))", "", s)
+    s = s.rstrip(".")
+    if re.fullmatch(r"-?\d+\.\d*", s):  # 2.50 → 2.5, 3. → 3
+        s = s.rstrip("0").rstrip(".")
+    return s
+
+
+_NUMBER = re.compile(r"-?\d+(\.\d+)?")
+_FRAC = re.compile(r"(-?)\\frac\{(-?\d+)\}\{(-?\d+)\}")
+
+
+def _number(s: str) -> Fraction | None:
+    """A normalised answer that is a plain integer, decimal or \\frac of integers, as an exact Fraction."""
+    if _NUMBER.fullmatch(s):
+        return Fraction(s)
+    m = _FRAC.fullmatch(s)
+    if m and int(m.group(3)) != 0:
+        value = Fraction(int(m.group(2)), int(m.group(3)))
+        return -value if m.group(1) else value
+    return None
+
+
+def _symbolic_equal(pred: str, gold: str, conn) -> None:
+    try:
+        try:
+            from math_verify import parse, verify
+
+            conn.send(bool(verify(parse(f"${gold}$"), parse(f"${pred}$"))))
+        except ImportError:
+            import sympy
+
+            conn.send(bool(sympy.simplify(sympy.sympify(pred) - sympy.sympify(gold)) == 0))
+    except Exception:
+        conn.send(False)
+
+
+class MathGrader:
+    """``grade(response, gold) -> bool``: the response's last boxed answer against the gold answer."""
+
+    def __init__(self, timeout_s: float = 2.0, max_answer_chars: int = 500, max_depth: int = 32, max_fracs: int = 16):
+        self.timeout_s, self.max_answer_chars, self.max_depth, self.max_fracs = timeout_s, max_answer_chars, max_depth, max_fracs
+        self.stats: Counter[str] = Counter()
+
+    def _count(self, kind: str, detail: str) -> None:
+        if self.stats[kind] == 0:
+            log.warning("math grader: %s (%s); graded wrong, counted in MathGrader.stats[%r]", kind, detail, kind)
+        self.stats[kind] += 1
+
+    def _hostile(self, answer: str) -> str | None:
+        if len(answer) > self.max_answer_chars:
+            return f"answer of {len(answer)} characters"
+        depth = peak = 0
+        for ch in answer:
+            depth += {"{": 1, "(": 1, "[": 1, "}": -1, ")": -1, "]": -1}.get(ch, 0)
+            peak = max(peak, depth)
+        if peak > self.max_depth:
+            return f"nesting depth {peak}"
+        if answer.count("\\frac") > self.max_fracs:
+            return f"{answer.count(chr(92) + 'frac')} \\frac"
+        return None
+
+    def grade(self, response: str, gold: str) -> bool:
+        """The response's last boxed answer against ``gold``."""
+        pred = extract_boxed(response)
+        if pred is None:
+            self.stats["no_answer"] += 1
+            return False
+        return self.equivalent(pred, gold)
+
+    def equivalent(self, pred: str, gold: str) -> bool:
+        """An extracted answer against ``gold``: normalised match, exact numbers, then bounded symbolic equivalence."""
+        why = self._hostile(pred)
+        if why:
+            self._count("hostile", why)
+            return False
+        p, g = normalize(pred), normalize(gold)
+        if not p:
+            self.stats["no_answer"] += 1
+            return False
+        if p == g:
+            return True
+        pn, gn = _number(p), _number(g)
+        if pn is not None and gn is not None:  # plain numbers: exact, no symbolic parse
+            return pn == gn
+        return self._bounded_symbolic(p, g)
+
+    def _bounded_symbolic(self, pred: str, gold: str) -> bool:
+        ctx = mp.get_context("fork")
+        recv, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_symbolic_equal, args=(pred, gold, send), daemon=True)
+        proc.start()
+        ok = recv.poll(self.timeout_s)
+        result = recv.recv() if ok else False
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+        if not ok:
+            self._count("timeout", f"symbolic check over {self.timeout_s}s")
+        return result
+
+
+def gated_reward(response: str, correct: bool, min_chars_before_box: int = 30) -> float:
+    """Seed 001's derivation gate (§4.1), its rule verbatim: ``text.rfind("\\boxed") >= 30``. A correct answer pays
+    only if the last ``\\boxed`` starts at least ``min_chars_before_box`` characters into the response, so a bare
+    answer with no derivation earns 0. Only ``\\boxed`` counts (an ``\\fbox`` is graded but never opens the gate)."""
+    return float(correct and response.rfind("\\boxed") >= min_chars_before_box)

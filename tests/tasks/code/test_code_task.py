@@ -1,0 +1,173 @@
+"""The code task: DeepCoder and LiveCodeBench rows load (or fail naming file, line and field), hidden tests in both
+styles grade real programs in the sandbox, and the synthetic embedded problems are solved by their own programs."""
+
+import base64
+import json
+import pickle
+import random
+import zlib
+
+import pytest
+
+from bsb.tasks.base import Problem
+from bsb.tasks.code.problems import CodeTests, load_code_problems, parse_tests
+from bsb.tasks.code.task import CODE_SUFFIX, CodeTask, extract_code, stdout_matches
+from bsb.tasks.registry import make_task
+from bsb.tasks.synthetic.code import make_recipe, training_programs, wrong_steps
+
+
+@pytest.fixture(scope="module")
+def task():
+    return CodeTask(workers=2, timeout_s=3.0, memory_mb=256)
+
+
+def _lcb_compressed(tests: list[dict]) -> str:
+    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode()
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+LCB_STDIN = {"question_title": "sum", "question_content": "Read two integers and print their sum.", "platform": "atcoder",
+             "question_id": "abc001_a", "contest_id": "abc001", "contest_date": "2024-08-01T00:00:00", "starter_code": "",
+             "difficulty": "easy", "public_test_cases": json.dumps([{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]),
+             "private_test_cases": _lcb_compressed([{"input": "5 7\n", "output": "12\n", "testtype": "stdin"}]), "metadata": "{}"}
+LCB_FUNC = {"question_title": "two", "question_content": "Return a + b.", "platform": "leetcode", "question_id": "lc-1",
+            "contest_id": "w1", "contest_date": "2024-08-02T00:00:00", "starter_code": "class Solution:\n    def add(self, a: int, b: int) -> int:\n        ",
+            "difficulty": "easy", "public_test_cases": json.dumps([{"input": "1\n2", "output": "3", "testtype": "functional"}]),
+            "private_test_cases": json.dumps([{"input": "[1, 2]\n[3]", "output": "[1, 2, 3]", "testtype": "functional"}]),
+            "metadata": json.dumps({"func_name": "add"})}
+DC_PRIME = {"problem": "Print the square of n.", "tests": json.dumps([{"type": "stdin_stdout", "input": "4\n", "output": "16\n"},
+                                                                      {"type": "stdin_stdout", "input": "5\n", "output": "25\n"}])}
+DC_TACO = {"problem": "Return n doubled.", "tests": json.dumps({"inputs": [[2], [5]], "outputs": [[4], [10]], "fn_name": "double"})}
+DC_LCB = {"problem": "Max of a list.", "tests": json.dumps([{"input": "[3, 1, 2]", "output": "3", "testtype": "functional",
+                                                             "metadata": {"func_name": "biggest"}}])}
+
+
+def test_livecodebench_rows_load_with_public_and_compressed_private_tests(tmp_path):
+    probs = load_code_problems(_write(tmp_path / "lcb.jsonl", [LCB_STDIN, LCB_FUNC]))
+    stdin, func = probs
+    assert stdin.id == "abc001_a" and stdin.answer == CodeTests("stdin", ("1 2\n", "5 7\n"), ("3\n", "12\n"))
+    assert func.answer.style == "function" and func.answer.fn_name == "add" and func.answer.inputs == ("1\n2", "[1, 2]\n[3]")
+    assert func.meta["starter_code"].startswith("class Solution") and func.meta["platform"] == "leetcode"
+
+
+def test_deepcoder_rows_load_in_each_sub_sets_shape(tmp_path):
+    prime, taco, lcb = load_code_problems(_write(tmp_path / "dc.jsonl", [DC_PRIME, DC_TACO, DC_LCB]))
+    assert prime.answer == CodeTests("stdin", ("4\n", "5\n"), ("16\n", "25\n"))
+    assert taco.answer == CodeTests("function", ("2", "5"), ("4", "10"), "double")
+    assert lcb.answer == CodeTests("function", ("[3, 1, 2]",), ("3",), "biggest")
+
+
+@pytest.mark.parametrize("row, match", [
+    ({**DC_PRIME, "tests": json.dumps([{"type": "stdin_stdout", "input": "4\n"}])}, "line 1: field 'tests', test 0: no expected 'output'"),
+    ({**DC_PRIME, "tests": "not json at all"}, "line 1: field 'tests' is neither JSON nor base64"),
+    ({**DC_PRIME, "tests": json.dumps([])}, "line 1: field 'tests': expected a non-empty list"),
+    ({**DC_PRIME, "problem": ""}, "line 1: missing or empty field 'problem'"),
+    ({**DC_LCB, "tests": json.dumps([{"input": "[1]", "output": "1", "testtype": "functional"}])}, "without a function name"),
+    ({**DC_PRIME, "tests": json.dumps([{"type": "exotic", "input": "1", "output": "1"}])}, "unknown test type 'exotic'"),
+    ({"title": "x"}, "line 1: not a DeepCoder"),
+])
+def test_malformed_rows_name_file_line_and_field(tmp_path, row, match):
+    path = _write(tmp_path / "bad.jsonl", [row])
+    with pytest.raises(ValueError, match=match) as err:
+        load_code_problems(path)
+    assert str(path) in str(err.value)
+
+
+def test_a_pickle_that_would_run_code_is_refused():
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    raw = base64.b64encode(zlib.compress(pickle.dumps(Evil()))).decode()
+    with pytest.raises(ValueError, match="only strings are accepted"):
+        parse_tests(raw, "private_test_cases")
+
+
+def test_the_code_task_is_registered_with_the_papers_probe():
+    t = make_task("code", {"workers": 1})
+    assert t.read_len == 16 and t.probe_suffix == CODE_SUFFIX and "```python" in CODE_SUFFIX
+    with pytest.raises(ValueError, match="read_len"):
+        make_task("code", {"read_len": 0})
+
+
+def test_extract_code_takes_the_last_fenced_block():
+    assert extract_code("think\n```python\nprint(1)\n```\nmore\n```\nprint(2)\n```") == "print(2)"
+    assert extract_code("```python\nprint(3)") == "print(3)"  # an unclosed last fence runs to the end
+    assert extract_code("no code") is None
+    assert stdout_matches("3 \n4.0000001\n", "3\n4") and not stdout_matches("3", "4")
+
+
+def _row_problem(row, tmp_path, name):
+    return load_code_problems(_write(tmp_path / name, [row]))[0]
+
+
+def test_stdin_hidden_tests_grade_real_programs(task, tmp_path):
+    p = _row_problem(LCB_STDIN, tmp_path, "a.jsonl")
+    good = task.verify("```python\na, b = map(int, input().split())\nprint(a + b)\n```", p)
+    assert good.correct and good.reward == 1.0 and good.reason == "correct" and [d[:2] for d in good.details] == [("ok", True)] * 2
+    wrong = task.verify("```python\na, b = map(int, input().split())\nprint(a - b)\n```", p)
+    assert not wrong.correct and wrong.reason == "wrong" and [d[1] for d in wrong.details] == [False, False]
+    loop = task.verify("```python\nwhile True:\n    pass\n```", p)
+    assert loop.reason == "timeout" and loop.reward == 0.0
+
+
+def test_function_hidden_tests_call_the_named_function_or_solution_method(task, tmp_path):
+    p = _row_problem(LCB_FUNC, tmp_path, "b.jsonl")
+    sol = "```python\nclass Solution:\n    def add(self, a, b):\n        return a + b\n```"
+    v = task.verify(sol, p)
+    assert v.correct, v.details
+    taco = _row_problem(DC_TACO, tmp_path, "c.jsonl")
+    assert task.verify("```python\ndef double(n):\n    return 2 * n\n```", taco).correct
+    assert not task.verify("```python\ndef double(n):\n    return 3 * n\n```", taco).correct
+    assert task.verify("```python\ndef twice(n):\n    return 2 * n\n```", taco).reason == "error"  # no such function
+
+
+def test_no_code_and_syntax_errors_fail_without_running(task, tmp_path):
+    p = _row_problem(DC_PRIME, tmp_path, "d.jsonl")
+    assert task.verify("I think the answer is 16.", p).reason == "no_code"
+    v = task.verify("```python\nprint((\n```", p)
+    assert v.reason == "syntax_error" and v.details[0][0] == "parse"
+
+
+def test_a_hostile_program_is_a_failed_verdict_and_grading_goes_on(task, tmp_path):
+    p = _row_problem(DC_PRIME, tmp_path, "e.jsonl")
+    hostile = "```python\nimport os\nwhile True:\n    os.fork()\n```"
+    assert not task.verify(hostile, p).correct
+    assert task.verify("```python\nn = int(input())\nprint(n * n)\n```", p).correct
+
+
+def test_synthetic_problems_are_solved_by_their_reference_programs_and_not_by_their_detours(task):
+    probs = task.held_out(6)
+    assert {p.answer.style for p in probs} == {"stdin", "function"}
+    assert len({p.prompt for p in probs}) == 6 and task.held_out(6) == probs  # a fixed held-out set
+    for p in probs:
+        assert task.verify(p.meta["solution"], p).correct
+    rng = random.Random(3)
+    for _ in range(4):
+        r = make_recipe(rng, 3)
+        bad = r.program(wrong_steps(rng, r))
+        prob = Problem("x", r.prompt, CodeTests(r.style, tuple(str(x) if r.style == "stdin" else json.dumps(x) for x in r.inputs),
+                                                 tuple(str(r.value(x)) for x in r.inputs), "f" if r.style == "function" else None))
+        assert not task.verify(bad, prob).correct
+    assert task.gold_continuation(probs[0]) == extract_code(probs[0].meta["solution"])
+    train = task.draw(random.Random(0), 8, {p.prompt for p in probs})
+    assert all(p.prompt not in {q.prompt for q in probs} for p in train)
+
+
+def test_training_programs_are_deterministic_and_carry_detours():
+    a, b = training_programs(200, seed=1), training_programs(200, seed=1)
+    assert [t for _, t in a] == [t for _, t in b]
+    wrong = sum(text != r.program() for r, text in a)
+    assert 20 <= wrong <= 60  # detour_frac 0.2
+
+
+def test_hidden_tests_parse_from_a_gold_answer_stored_as_json(task):
+    tests = [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]
+    assert task.parse_answer(json.dumps(tests)) == CodeTests("stdin", ("1 2\n",), ("3\n",))
+    assert task.parse_answer({"tests": [{"input": "[1]", "output": "2", "testtype": "functional"}], "fn_name": "g"}).fn_name == "g"
+    with pytest.raises(ValueError, match="cannot read hidden tests"):
+        task.parse_answer("42")
