@@ -1,4 +1,4 @@
-"""bsb_tree.yaml composes on verl 0.9.1's ppo_trainer defaults and passes verl's own validation; the README's launch
+"""bsb_tree.yaml composes on verl 0.9.1's ppo_trainer defaults and passes verl's own validation; the docs' launch
 commands compose; every bad input is one clear error at start-up, before Ray starts anything."""
 
 import re
@@ -12,7 +12,7 @@ import pytest
 from bsb.integrations.verl.launch import preflight
 from bsb.integrations.verl.settings import VerlConfigError
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+VERL_DOC = Path(__file__).resolve().parents[2] / "docs" / "verl.md"
 
 
 def test_the_shipped_config_is_the_papers_recipe_and_passes_verls_validation(compose, overrides):
@@ -28,8 +28,8 @@ def test_the_shipped_config_is_the_papers_recipe_and_passes_verls_validation(com
 
 
 def _launch_commands() -> list[list[str]]:
-    """The ``python -m bsb.integrations.verl.launch`` commands of the README's "Scale out" section, as argument lists."""
-    section = README.read_text().split("## Scale out", 1)[1].split("\n## ", 1)[0]
+    """The ``python -m bsb.integrations.verl.launch`` commands of docs/verl.md, as argument lists."""
+    section = VERL_DOC.read_text()
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", section, re.S):
         text = re.sub(r"\\\n\s*", " ", block)
@@ -40,7 +40,7 @@ def _launch_commands() -> list[list[str]]:
     return commands
 
 
-def test_the_readmes_launch_commands_compose_against_verls_config(compose):
+def test_the_docs_launch_commands_compose_against_verls_config(compose):
     commands = _launch_commands()
     assert len(commands) >= 2  # one node of 8 GPUs, and several nodes
     for args in commands:
