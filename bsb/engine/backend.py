@@ -32,7 +32,7 @@ CAPABILITY_HELP = {
     "generate": "sampling continuations",
     "belief_logits": "probe read logits (white-box)",
     "belief_topk": "probe top-k beliefs",
-    "token_stats": "per-token surprisal and logit margins",
+    "token_stats": "the full next-token distribution at every response token (surprisal, logit margins)",
     "token_entropy": "full next-token entropy",
     "white_box": "hidden states and the model itself",
     "weight_sync": "loading new weights into the running engine",
@@ -58,10 +58,11 @@ class BackendError(ValueError):
 
 
 def capabilities(backend) -> Capabilities:
-    """The backend's declared :class:`Capabilities` (an object that declares none is not a backend)."""
-    caps = getattr(type(backend), "capabilities", None)
+    """The declared :class:`Capabilities` of a backend or backend class (an object that declares none is not a backend)."""
+    cls = backend if isinstance(backend, type) else type(backend)
+    caps = getattr(cls, "capabilities", None)
     if not isinstance(caps, Capabilities):
-        raise BackendError(f"{type(backend).__name__} is not a bsb backend: it declares no `capabilities: Capabilities` "
+        raise BackendError(f"{cls.__name__} is not a bsb backend: it declares no `capabilities: Capabilities` "
                            "(see bsb.engine.backend)")
     return caps
 

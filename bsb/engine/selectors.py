@@ -36,6 +36,29 @@ import torch
 from bsb import kernels
 from bsb.engine.backend import capabilities, require
 from bsb.engine.boundaries import CandidatePool, candidate_pool
+from bsb.registry import Registry
+
+LENS_READOUTS = ("shape", "height", "depth")
+MARGIN_WINDOW = (4, 64)  # [TwoStage] §5.6: zero-based token positions searched by min_margin / first_gap
+
+
+def probe_value_problems(*, max_candidates: int, range_cap: float, top_k: int, read_len: int | None, lens_readout: str,
+                         margin_window) -> list[str]:
+    """Every invalid probe value, one message each (empty: valid): the one check behind :class:`SelectorConfig` and
+    :class:`bsb.engine.probe.ProbeConfig` (``read_len`` None: the task's)."""
+    out = []
+    window = list(margin_window) if isinstance(margin_window, (list, tuple)) else None
+    if not 0 < range_cap <= 1:
+        out.append(f"range_cap must be in (0, 1], got {range_cap}")
+    if max_candidates < 1 or top_k < 1:
+        out.append(f"max_candidates and top_k must be >= 1, got {max_candidates} and {top_k}")
+    if read_len is not None and read_len < 1:
+        out.append(f"read_len must be >= 1 (or None: the task's), got {read_len}")
+    if lens_readout not in LENS_READOUTS:
+        out.append(f"lens_readout must be one of {', '.join(LENS_READOUTS)}, got {lens_readout!r}")
+    if not window or len(window) != 2 or not 0 <= window[0] < window[1]:
+        out.append(f"margin_window must be [lo, hi) with 0 <= lo < hi, got {margin_window}")
+    return out
 
 
 @dataclass
@@ -52,7 +75,7 @@ class SelectorConfig:
     lens_eps: float = 0.1  # ε of the lock-in layer
     lens_layers: Sequence[int] | None = None  # decoder layers in the profile (default all; e.g. full-attention only)
     seed: int = 0  # base seed of the Random selector and of sampled reads (L > 1) when select() gets none
-    margin_window: tuple[int, int] = (4, 64)  # zero-based token positions searched by min_margin / first_gap
+    margin_window: tuple[int, int] = MARGIN_WINDOW  # zero-based token positions searched by min_margin / first_gap
     gap_threshold: float = 0.5  # Δz threshold of first_gap
     bsv_path: str | None = None  # a saved BSVDirection (bsv selector; pre-RL validation only)
     judge: object | None = None  # llm_judge: a bsb.engine.judge client (OpenAIJudge or LocalJudge)
@@ -60,13 +83,13 @@ class SelectorConfig:
     decode: Callable[[list[int]], str] | None = None  # llm_judge: token ids -> text (the judge reads text)
 
     def __post_init__(self):
-        if self.lens_readout not in ("shape", "height", "depth"):
-            raise ValueError(f"lens_readout must be 'shape', 'height' or 'depth', got {self.lens_readout!r}")
-        if self.top_k < 1 or self.read_len < 1:
-            raise ValueError(f"top_k and read_len must be >= 1, got {self.top_k} and {self.read_len}")
-        lo, hi = self.margin_window
-        if not 0 <= lo < hi:
-            raise ValueError(f"margin_window must be (lo, hi) with 0 <= lo < hi, got {self.margin_window}")
+        problems = probe_value_problems(max_candidates=self.max_candidates, range_cap=self.range_cap, top_k=self.top_k,
+                                        read_len=self.read_len, lens_readout=self.lens_readout,
+                                        margin_window=self.margin_window)
+        if self.read_len is None:
+            problems.append("read_len must be >= 1 (resolve None against the task: bsb.engine.probe.resolve)")
+        if problems:
+            raise ValueError("; ".join(problems))
 
 
 @dataclass
@@ -116,10 +139,25 @@ class CannotScore(Exception):
 
 class Selector:
     """Base of every selector. ``requires``: the backend capabilities its reads can use, in order of preference
-    (any one suffices; empty: the selector reads no model). :meth:`bind` checks them once per backend."""
+    (any one suffices; empty: the selector reads no model). :meth:`bind` checks them once per backend.
+
+    Traits (class attributes; nothing outside this module tests a selector's name):
+
+    * ``needs_answer``: its reads teacher-force the chain's committed answer (``ChainInput.answer``);
+    * ``trainable``: it may choose the forks of RL training (False: a pre-RL validation instrument, ``untrainable``
+      says why);
+    * ``ranks_boundaries``: it scores candidate boundaries (False: token positions of a window; bsb evaluate's
+      branching rules, not bsb validate's value curves);
+    * ``needs_config``: :class:`SelectorConfig` fields it cannot do without (e.g. a fitted direction, a judge).
+    """
 
     name = "base"
     requires: tuple[str, ...] = ()
+    needs_answer: bool = False
+    trainable: bool = True
+    untrainable: str = ""
+    ranks_boundaries: bool = True
+    needs_config: tuple[str, ...] = ()
 
     def __init__(self, config: SelectorConfig | None = None, backend=None):
         self.config = config or SelectorConfig()
@@ -135,16 +173,32 @@ class Selector:
         self._backend = backend
         return self
 
-    def can_read(self, backend) -> bool:
-        """Whether ``backend`` declares what this selector's reads need (no error)."""
+    @classmethod
+    def can_read(cls, backend) -> bool:
+        """Whether ``backend`` (an instance or a backend class) declares what this selector's reads need (no error)."""
         caps = capabilities(backend)
-        return not self.requires or any(getattr(caps, c) for c in self.requires)
+        return not cls.requires or any(getattr(caps, c) for c in cls.requires)
+
+    @classmethod
+    def configured(cls, config: SelectorConfig) -> bool:
+        """Whether ``config`` carries every field this selector needs (:attr:`needs_config`)."""
+        return all(getattr(config, f) is not None for f in cls.needs_config)
+
+    def read_mode(self, backend) -> str | None:
+        """How ``backend`` serves this selector's reads (the bound mode for the bound backend); no state changes."""
+        if not self.requires:
+            return None
+        if backend is None:
+            backend = self._backend  # None: require() says the selector reads the model
+        if backend is self._backend and self.mode is not None:
+            return self.mode
+        return require(backend, f"selector {self.name!r}", *self.requires)
 
     def _reader(self, backend):
         if backend is None:
             backend = self._backend
-        if self.requires and (backend is not self._backend or self.mode is None):
-            self.bind(backend)
+        if self.requires:
+            self.read_mode(backend)  # a clear error now when this backend cannot serve the reads
         return backend
 
     def pool(self, chain: ChainInput, newline_mask: torch.Tensor) -> CandidatePool:
@@ -259,9 +313,10 @@ class Entropy(Selector):
 
 
 class _MarginWindow(Selector):
-    """Token-position selectors of seed 001 §5.6: candidates are the positions of a window, not newlines."""
+    """Token-position selectors of [TwoStage] §5.6: candidates are the positions of a window, not newlines."""
 
     requires = ("token_stats",)
+    ranks_boundaries = False
 
     def pool(self, chain, newline_mask):
         base = super().pool(chain, newline_mask)
@@ -320,11 +375,12 @@ class ProbeJS(Selector):
         if not c.suffix:
             raise ValueError("probe_js needs SelectorConfig.suffix (the elicitation suffix token ids)")
         backend = self._reader(backend)
+        mode = self.read_mode(backend)
         live = [(i, chain, pool) for i, chain, pool in items if len(pool.positions) >= 2]
         asks = [(list(chain.prompt) + list(chain.response), [len(chain.prompt) + t for t in pool.positions]) for _, chain, pool in live]
         seeds = [seed + i for i, _, _ in live]
         scores, spent, status = [], [], None
-        if self.mode == "belief_logits":
+        if mode == "belief_logits":
             reads = backend.probe_logits(asks, c.suffix, c.read_len, seeds)  # (C, L, V) each, on the backend's device
             if reads:
                 # every chain in one fused call: rows of a chain contiguous, chain ids on the logits' device
@@ -354,6 +410,7 @@ class LensShift(Selector):
 
     name = "lens_shift"
     requires = ("white_box",)
+    needs_answer = True
 
     def score(self, chain, pool, backend, index, seed=0):
         if not self.config.suffix:
@@ -382,6 +439,9 @@ class BSV(Selector):
 
     name = "bsv"
     requires = ("white_box",)
+    trainable = False
+    untrainable = "it is a pre-RL validation instrument (a frozen-policy direction), not an RL fork selector"
+    needs_config = ("bsv_path",)
 
     def __init__(self, config: SelectorConfig | None = None, backend=None, direction=None):
         super().__init__(config, backend)
@@ -406,6 +466,9 @@ class LLMJudge(Selector):
     ``stats`` count why). The read cost is the judge's prompt and completion tokens."""
 
     name = "llm_judge"
+    trainable = False
+    untrainable = "it is a pre-RL validation baseline (bsb validate --judge-url), not an RL fork selector"
+    needs_config = ("judge", "decode")
 
     def __init__(self, config: SelectorConfig | None = None, backend=None):
         super().__init__(config, backend)
@@ -428,13 +491,16 @@ class LLMJudge(Selector):
         return scores, reply.prompt_tokens + reply.completion_tokens
 
 
-SELECTORS: dict[str, type[Selector]] = {
-    cls.name: cls for cls in (ProbeJS, LensShift, Entropy, Midpoint, Uniform, Random, Newline, MinMargin, FirstGap, BSV, LLMJudge)
-}
+def _not_a_selector(obj) -> str:
+    return "" if isinstance(obj, type) and issubclass(obj, Selector) else "not a subclass of bsb.engine.selectors.Selector"
+
+
+SELECTORS: Registry[type[Selector]] = Registry("selector", _not_a_selector)
+for _cls in (ProbeJS, LensShift, Entropy, Midpoint, Uniform, Random, Newline, MinMargin, FirstGap, BSV, LLMJudge):
+    SELECTORS.register(_cls.name)(_cls)
 
 
 def make_selector(name: str, config: SelectorConfig | None = None, backend=None) -> Selector:
-    """The selector ``name``; with ``backend``, bound to it (its reads checked once, here)."""
-    if name not in SELECTORS:
-        raise ValueError(f"unknown selector {name!r}; choose one of {', '.join(sorted(SELECTORS))}")
-    return SELECTORS[name](config, backend)
+    """The selector ``name`` (registered, or ``package.module:Class``); with ``backend``, bound to it (its reads
+    checked once, here)."""
+    return SELECTORS.get(name)(config, backend)

@@ -1,40 +1,40 @@
 """Tasks by name: ``walk`` (the embedded default), ``math``, ``arith``, ``code``, or ``package.module:ClassName`` for a task of your own.
 
 :func:`make_task` builds and checks a task before any model is loaded: an unknown name, a module that does not
-import, a class that does not satisfy the :class:`~bsb.tasks.task.Task` protocol, or an option the task does not
+import, a class that does not satisfy the :class:`~bsb.tasks.base.Task` protocol, or an option the task does not
 take is one clear error naming the accepted values.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Mapping
 
+from bsb.registry import Registry
 from bsb.tasks.base import ATTRIBUTES, METHODS, Task
 from bsb.tasks.code.task import CodeTask
 from bsb.tasks.math.task import MathTask
 from bsb.tasks.synthetic.arith import ArithTask
 from bsb.tasks.synthetic.walk import WalkTask
 
-TASKS: dict[str, type] = {"walk": WalkTask, "arith": ArithTask, "math": MathTask, "code": CodeTask}
+
+def _not_a_task_class(obj) -> str:
+    """Why ``obj`` is not a task class: checked on the class, before it is constructed (a ``module:Class`` that is not a
+    task is never called)."""
+    if not isinstance(obj, type):
+        return "not a class (subclass bsb.tasks.base.Task)"
+    missing = [m for m in METHODS if not callable(getattr(obj, m, None))]
+    return f"does not satisfy the Task protocol: missing {', '.join(missing)} (subclass bsb.tasks.base.Task)" if missing else ""
+
+
+TASKS: Registry[type] = Registry("task", _not_a_task_class)
+for _cls in (WalkTask, ArithTask, MathTask, CodeTask):
+    TASKS.register(_cls.name)(_cls)
 
 
 def task_class(name: str) -> type:
-    """The class behind a task name (a key of :data:`TASKS` or ``package.module:ClassName``)."""
-    if name in TASKS:
-        return TASKS[name]
-    if ":" not in name:
-        raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}, or package.module:ClassName for your own")
-    module_name, _, attr = name.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ValueError(f"task {name!r}: module {module_name!r} does not import ({err})") from None
-    cls = getattr(module, attr, None)
-    if not isinstance(cls, type):
-        raise ValueError(f"task {name!r}: {module_name} has no class {attr!r}")
-    return cls
+    """The class behind a task name (registered in :data:`TASKS`, or ``package.module:ClassName``)."""
+    return TASKS.get(name)
 
 
 def make_task(name: str, options: Mapping | None = None) -> Task:
@@ -51,13 +51,13 @@ def make_task(name: str, options: Mapping | None = None) -> Task:
 
 
 def check_task(task, name: str = "task") -> None:
-    """The protocol: every method of :data:`bsb.tasks.task.METHODS` callable, a non-empty ``probe_suffix`` string and
+    """The protocol: every method of :data:`bsb.tasks.base.METHODS` callable, a non-empty ``probe_suffix`` string and
     a ``read_len`` >= 1."""
     missing = [m for m in METHODS if not callable(getattr(task, m, None))]
     missing += [a for a in ATTRIBUTES if getattr(task, a, None) is None]
     if missing:
         raise ValueError(f"task {name!r} ({type(task).__name__}) does not satisfy the Task protocol: missing {', '.join(missing)} "
-                         "(subclass bsb.tasks.task.Task)")
+                         "(subclass bsb.tasks.base.Task)")
     if not isinstance(task.probe_suffix, str) or not task.probe_suffix:
         raise ValueError(f"task {name!r}: probe_suffix must be a non-empty string (the elicitation suffix)")
     if not isinstance(task.read_len, int) or task.read_len < 1:

@@ -29,6 +29,7 @@ import math
 
 import torch
 
+from bsb.registry import Registry
 from bsb.train.tree import PromptTree
 
 STD_EPS = 1e-4  # seed 001's σ_R + 1e-4
@@ -141,18 +142,33 @@ def zero_continuation_mass(tree: PromptTree, advs: list[torch.Tensor]) -> list[t
     return out
 
 
-ADVANTAGES = ("treerl", "grpo", "prefix_credit")
+def _an_estimator(obj) -> str:
+    return "" if callable(obj) and not isinstance(obj, type) else "not a function tree -> per-leaf advantages"
+
+
+# An estimator is ``fn(tree, *, newline_mask, beta, alpha, subsegments, clamped) -> [Tensor per leaf]``; one of your own
+# registers with ``@ADVANTAGES.register("name")`` and takes ``**options`` for the options it does not read.
+ADVANTAGES: Registry = Registry("advantage", _an_estimator, noun="function")
+
+
+@ADVANTAGES.register("treerl")
+def _treerl(tree: PromptTree, *, newline_mask=None, subsegments: bool = False, **_) -> list[torch.Tensor]:
+    return treerl_advantages(tree, newline_mask if subsegments else None)
+
+
+@ADVANTAGES.register("grpo")
+def _grpo(tree: PromptTree, **_) -> list[torch.Tensor]:
+    return grpo_advantages(tree)
+
+
+@ADVANTAGES.register("prefix_credit")
+def _prefix_credit(tree: PromptTree, *, beta: float = 0.0, alpha: float = 0.5, clamped: bool = False, **_) -> list[torch.Tensor]:
+    return prefix_credit_advantages(tree, beta, alpha, clamped)
 
 
 def advantages(tree: PromptTree, kind: str, newline_mask: torch.Tensor | None = None, beta: float = 0.0, alpha: float = 0.5,
                subsegments: bool = False, clamped: bool = False, zero_cont_mass: bool = False) -> list[torch.Tensor]:
-    """Dispatch on ``kind`` (one of :data:`ADVANTAGES`); ``zero_cont_mass`` then centres the continuations."""
-    if kind == "treerl":
-        out = treerl_advantages(tree, newline_mask if subsegments else None)
-    elif kind == "grpo":
-        out = grpo_advantages(tree)
-    elif kind == "prefix_credit":
-        out = prefix_credit_advantages(tree, beta, alpha, clamped)
-    else:
-        raise ValueError(f"unknown advantage {kind!r}; choose one of {', '.join(ADVANTAGES)}")
+    """The estimator ``kind`` (registered in :data:`ADVANTAGES`, or ``package.module:function``);
+    ``zero_cont_mass`` then centres the continuations."""
+    out = ADVANTAGES.get(kind)(tree, newline_mask=newline_mask, beta=beta, alpha=alpha, subsegments=subsegments, clamped=clamped)
     return zero_continuation_mass(tree, out) if zero_cont_mass else out

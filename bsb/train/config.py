@@ -10,11 +10,14 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from bsb.engine.device import check_device_name, check_dtype_name
+from bsb.engine.probe import ProbeConfig
+from bsb.engine.probe import help_field as _f
 from bsb.engine.selectors import SELECTORS
+from bsb.registry import import_plugins
 from bsb.tasks.prompting import PROMPT_FORMATS
 from bsb.train.advantages import ADVANTAGES
 from bsb.train.loss import LOSS_AGGS, LOSSES
@@ -24,20 +27,17 @@ ROLLOUTS = ("tree", "two_stage", "flat")
 HOMOGENEOUS = ("zero_grad_step", "skip_step", "backward")
 BACKENDS = ("auto", "vllm", "hf")
 KEEP_BY = ("accuracy", "reward")
-LENS_READOUTS = ("shape", "height", "depth")
-
-
-def _f(default, help: str):
-    """A config field with its help text (``bsb train --help`` prints it)."""
-    if isinstance(default, (dict, list)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(ProbeConfig):
+    """``bsb train``'s options: the probe and candidate options of :class:`~bsb.engine.probe.ProbeConfig` (inherited,
+    flat) and the fields below."""
+
     # --- model and task
     model: str = _f("embedded", "a local Hugging Face checkpoint directory, or 'embedded' (the tiny synthetic-task model)")
+    plugins: list = _f([], "modules imported first, e.g. [my_pkg.selectors]: they register their own selectors, advantages, "
+                           "losses or tasks (bsb.registry), then named here by their registered names")
     task: str = _f("walk", "what is learned: walk (synthetic map walks, the embedded default), arith (the earlier synthetic "
                            "arithmetic), code, math (problem files), or package.module:Class")
     task_options: dict = _f({}, "the task's options, e.g. {ops: [14, 16]} for walk, {train_file: a.jsonl, "
@@ -55,17 +55,8 @@ class TrainConfig:
     siblings: int = _f(2, "k continuations per fork (tree); B branches per root (two_stage)")
     bifurcate_after_active: int = _f(0, "seed 001's flat warm-up: flat groups until this many active steps have passed, then "
                                         "the tree / two-stage rollout (3 in the paper); 0: bifurcate from the start")
-    selector: str = _f("probe_js", f"fork-point selector of the tree rollout: {', '.join(s for s in SELECTORS if s not in ('bsv', 'llm_judge'))}")
-    max_candidates: int = _f(16, "C, candidate boundaries scored per chain")
-    range_cap: float = _f(1.0, "ρ, score only the first ρ of each chain (0.5 on base models, 1 on SFT models)")
-    probe_suffix: str | None = _f(None, "elicitation suffix of Probe-JS / Lens-Shift; None: the task's")
-    read_len: int | None = _f(None, "L, Probe-JS read positions after the suffix (1 math, 16 code); None: the task's")
-    top_k: int = _f(20, "K of the Probe-JS belief")
-    lens_readout: str = _f("shape", "Lens-Shift read-out: shape | height | depth")
-    lens_layers: list | None = _f(None, "decoder layers in the Lens-Shift profile (e.g. the full-attention ones); None: all")
-    lens_eps: float = _f(0.1, "ε of the Lens-Shift lock-in layer (depth read-out)")
-    margin_window: list = _f([4, 64], "zero-based token positions [lo, hi) searched by min_margin / first_gap")
-    gap_threshold: float = _f(0.5, "Δz threshold of first_gap")
+    selector: str = _f("probe_js", "fork-point selector of the tree rollout: "
+                       + ", ".join(n for n, c in SELECTORS.items() if c.trainable) + ", or package.module:Class")
     max_refills: int = _f(2, "refill rounds for chains that cannot fork")
     two_stage_t_min: int = _f(96, "T_min of the causal newline stop (two_stage)")
     two_stage_t_max: int = _f(160, "T_max, the stage-1 length and latest stop (two_stage)")
@@ -124,21 +115,27 @@ class TrainConfig:
     def __post_init__(self):
         self.task_options = dict(self.task_options or {})
         self.margin_window = list(self.margin_window)
+        self.plugins = list(self.plugins or [])
+        try:
+            import_plugins(self.plugins)
+            selector = SELECTORS.get(self.selector)
+            ADVANTAGES.get(self.advantage)
+            LOSSES.get(self.loss)
+        except ValueError as err:
+            raise ValueError(f"invalid config: {err}") from None
+        problems = self.probe_problems()
+        if problems:
+            raise ValueError(f"invalid config: {problems[0]}")
         checks = [
-            (isinstance(self.task, str) and bool(self.task), "task must name a task (arith, math, or package.module:Class)"),
+            (isinstance(self.task, str) and bool(self.task), "task must name a task (walk, arith, code, math, or package.module:Class)"),
             (self.rollout in ROLLOUTS, f"rollout must be one of {', '.join(ROLLOUTS)}, got {self.rollout!r}"),
-            (self.selector in SELECTORS, f"unknown selector {self.selector!r}; choose one of {', '.join(SELECTORS)}"),
-            (self.selector != "bsv", "the bsv selector is a pre-RL validation instrument (a frozen-policy direction), not an RL fork selector"),
-            (self.selector != "llm_judge", "the llm_judge selector is a pre-RL validation baseline (bsb validate --judge-url), not an RL fork selector"),
-            (self.advantage in ADVANTAGES, f"advantage must be one of {', '.join(ADVANTAGES)}, got {self.advantage!r}"),
-            (self.loss in LOSSES, f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}"),
+            (selector.trainable, f"the {self.selector} selector cannot choose RL forks: {selector.untrainable}"),
             (self.loss_agg in LOSS_AGGS, f"loss_agg must be one of {', '.join(LOSS_AGGS)}, got {self.loss_agg!r}"),
             (self.homogeneous in HOMOGENEOUS, f"homogeneous must be one of {', '.join(HOMOGENEOUS)}, got {self.homogeneous!r}"),
             (self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}"),
             (0 < self.vllm_gpu_memory_utilization < 1, f"vllm_gpu_memory_utilization must be in (0, 1), got {self.vllm_gpu_memory_utilization}"),
             (self.prompt_format in PROMPT_FORMATS, f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}"),
             (self.keep_by in KEEP_BY, f"keep_by must be one of {', '.join(KEEP_BY)}, got {self.keep_by!r}"),
-            (self.lens_readout in LENS_READOUTS, f"lens_readout must be one of {', '.join(LENS_READOUTS)}, got {self.lens_readout!r}"),
             (self.early_eos in EARLY_EOS_RULES, f"early_eos must be one of {', '.join(EARLY_EOS_RULES)}, got {self.early_eos!r}"),
             (self.chains >= 1, f"chains (M) must be >= 1, got {self.chains}"),
             (self.siblings >= 1, f"siblings (k) must be >= 1, got {self.siblings}"),
@@ -149,11 +146,6 @@ class TrainConfig:
             (self.grad_accum_questions >= 1, f"grad_accum_questions must be >= 1, got {self.grad_accum_questions}"),
             (not self.unit_question_grad or self.minibatches == 1, "unit_question_grad sets its own optimizer steps: keep minibatches=1"),
             (not self.clamped_prefix or self.advantage == "prefix_credit", "clamped_prefix modifies prefix_credit: set advantage=prefix_credit"),
-            (0 < self.range_cap <= 1, f"range_cap must be in (0, 1], got {self.range_cap}"),
-            (self.max_candidates >= 1 and self.top_k >= 1, "max_candidates and top_k must be >= 1"),
-            (self.read_len is None or self.read_len >= 1, f"read_len must be >= 1 (or None: the task's), got {self.read_len}"),
-            (self.probe_suffix is None or bool(self.probe_suffix), "probe_suffix must be non-empty (or None: the task's)"),
-            (len(self.margin_window) == 2 and 0 <= self.margin_window[0] < self.margin_window[1], f"margin_window must be [lo, hi) with 0 <= lo < hi, got {self.margin_window}"),
             (self.temperature > 0 and 0 < self.top_p <= 1, "rollouts sample: temperature must be > 0 and top_p in (0, 1]"),
             (self.lr > 0 and self.grad_clip > 0, "lr and grad_clip must be > 0"),
             (0 <= self.clip_low < 1 and self.clip_high >= 0, "clip_low must be in [0, 1) and clip_high >= 0"),

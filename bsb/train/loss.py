@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 from bsb.engine.hf_model import SUPPORTED_FAMILIES, model_family
 from bsb.kernels.linear_logprob import linear_token_logprobs
+from bsb.registry import Registry
 
-LOSSES = ("composite", "flat")
 LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
 
@@ -119,3 +119,22 @@ def zero_grad_step(optimizer: torch.optim.Optimizer) -> None:
             if p.requires_grad:
                 p.grad = torch.zeros_like(p)
     optimizer.step()
+
+
+def _a_loss(obj) -> str:
+    return "" if callable(obj) and not isinstance(obj, type) else "not a loss function"
+
+
+# A loss is ``fn(logp, old_logp, adv, mask, *, n_tokens, n_seqs, clip_low, clip_high, agg) -> (loss, info)`` with
+# ``info["clip_frac"]``; one of your own registers with ``@LOSSES.register("name")`` and takes ``**options``.
+LOSSES: Registry = Registry("loss", _a_loss, noun="function")
+
+
+@LOSSES.register("composite")
+def _composite(logp, old_logp, adv, mask, *, n_tokens, n_seqs, clip_low, clip_high, agg, **_):
+    return composite_loss(logp, old_logp, adv, mask, n_tokens, clip_low, clip_high, agg, n_seqs)
+
+
+@LOSSES.register("flat")
+def _flat(logp, old_logp, adv, mask, *, n_seqs, **_):
+    return flat_loss(logp, adv, mask, n_sequences=n_seqs)

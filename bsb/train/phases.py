@@ -29,7 +29,7 @@ from bsb.engine.selectors import Selector
 from bsb.tasks.base import Problem, Task
 from bsb.train.advantages import advantages
 from bsb.train.config import TrainConfig
-from bsb.train.loss import composite_loss, flat_loss, response_logprobs, zero_grad_step
+from bsb.train.loss import LOSSES, response_logprobs, zero_grad_step
 from bsb.train.rewards import RewardConfig, leaf_reward
 from bsb.train.rollout import RolloutTimes, TreeConfig, flat_rollout, tree_rollout
 from bsb.train.samplers import TwoStageConfig, two_stage_trees
@@ -191,10 +191,8 @@ def _backward(policy, rows: list[Row], todo: list[int], cfg: TrainConfig, pad: i
             n = len(rows[i].response)
             adv[j, :n] = rows[i].advantage
             old_lp[j, :n] = old[i] if i in old else logp[j, :n].detach()  # one mini-batch: the rollout policy is this one
-        if cfg.loss == "composite":
-            loss, info = composite_loss(logp, old_lp, adv, mask, n_tokens, cfg.clip_low, cfg.clip_high, cfg.loss_agg, n_seqs)
-        else:
-            loss, info = flat_loss(logp, adv, mask, n_sequences=n_seqs)
+        loss, info = LOSSES.get(cfg.loss)(logp, old_lp, adv, mask, n_tokens=n_tokens, n_seqs=n_seqs, clip_low=cfg.clip_low,
+                                          clip_high=cfg.clip_high, agg=cfg.loss_agg)
         loss.backward()
         total += loss.item()
         clips.append(info["clip_frac"])

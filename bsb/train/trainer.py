@@ -37,6 +37,7 @@ from bsb.embedded.model import resolve_model
 from bsb.engine.backend import capabilities
 from bsb.engine.boundaries import newline_token_mask
 from bsb.engine.device import check_colocation, resolve_device, resolve_dtype
+from bsb.engine.probe import answer_tokens, resolve
 from bsb.engine.selectors import SelectorConfig, make_selector
 from bsb.tasks.base import Problem
 from bsb.tasks.prompting import render_prompt
@@ -97,17 +98,12 @@ class Trainer:
         # white-box reads (Lens-Shift) go to the HF copy of the policy when the rollout engine cannot serve them
         reads = self.backend if self.selector.can_read(self.backend) else self.hf
         self.selector.bind(reads)
-        answers = self._answer_tokens if cfg.selector == "lens_shift" else None
+        answers = answer_tokens(self.task, self.tok) if self.selector.needs_answer else None
         self.ctx = phases.RolloutContext(self.backend, reads, self.selector, self.newline, self.eos, answers)
 
     # ---------------------------------------------------------------- setup
     def selector_config(self) -> SelectorConfig:
-        cfg = self.cfg
-        suffix = self.tok.encode(cfg.probe_suffix or self.task.probe_suffix, add_special_tokens=False)
-        lo, hi = cfg.margin_window
-        return SelectorConfig(max_candidates=cfg.max_candidates, range_cap=cfg.range_cap, suffix=suffix, top_k=cfg.top_k,
-                              read_len=cfg.read_len or self.task.read_len, lens_readout=cfg.lens_readout, lens_eps=cfg.lens_eps,
-                              lens_layers=cfg.lens_layers, seed=cfg.seed, margin_window=(lo, hi), gap_threshold=cfg.gap_threshold)
+        return resolve(self.cfg, self.task, self.tok, seed=self.cfg.seed)
 
     def _make_backend(self, path: Path):
         from bsb.engine.vllm_backend import rollout_backend as make_backend
@@ -136,10 +132,6 @@ class Trainer:
 
     def _decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=True)
-
-    def _answer_tokens(self, response: list[int]) -> list[int] | None:
-        ans = self.task.answer_span(self._decode(response))
-        return self.tok.encode(ans, add_special_tokens=False) or None if ans else None
 
     # ---------------------------------------------------------------- one step
     def train_step(self) -> dict:

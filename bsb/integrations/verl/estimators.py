@@ -19,11 +19,11 @@ from collections.abc import Sequence
 
 import torch
 
+from bsb.integrations.verl.settings import ESTIMATORS, BsbSettings
 from bsb.train.advantages import advantages
 from bsb.train.tree import Leaf, PromptTree
 
 SEP = "#"
-ESTIMATORS = {"bsb_treerl": "treerl", "bsb_prefix_credit": "prefix_credit"}
 
 
 def encode_uid(uid: str, group: int, prefix_len: int) -> str:
@@ -73,8 +73,6 @@ def tree_advantages(token_level_rewards: torch.Tensor, response_mask: torch.Tens
 def estimator_options(config) -> dict:
     """β, α, clamping and zero continuation mass from the ``bsb:`` section of the config that ``config`` (verl's
     ``algorithm`` node) belongs to; the defaults where there is none."""
-    from bsb.integrations.verl.settings import BsbSettings
-
     section = None
     root = getattr(config, "_get_root", None)
     if root is not None:

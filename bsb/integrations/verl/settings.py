@@ -11,18 +11,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
+from bsb.engine.backend import CAPABILITY_HELP
+from bsb.engine.probe import ProbeConfig
+from bsb.engine.selectors import SELECTORS
+from bsb.integrations.verl.server_backend import ServerBackend
 from bsb.train.rollout import TreeConfig
 
-# Selectors whose reads a vLLM replica serves: top-K beliefs over HTTP (probe_js) or no model reads at all.
-SERVER_SELECTORS = ("probe_js", "midpoint", "newline", "uniform", "random")
-WHY_NOT = {
-    "lens_shift": "it reads hidden states, which verl's vLLM servers do not expose (use bsb train, or probe_js)",
-    "bsv": "it reads hidden states, which verl's vLLM servers do not expose (and is a pre-RL instrument)",
-    "entropy": "it needs the full next-token distribution at every response token, which the servers do not return",
-    "min_margin": "it needs per-token logit margins of the response (prompt log-probs), not wired through verl",
-    "first_gap": "it needs per-token logit margins of the response (prompt log-probs), not wired through verl",
-    "llm_judge": "it is a pre-RL validation baseline (bsb validate --judge-url), not an RL fork selector",
-}
+
+def _why_not(selector) -> str:
+    """Why a selector cannot fork trees through verl's servers ("" when it can)."""
+    if not selector.can_read(ServerBackend):
+        needs = " or ".join(CAPABILITY_HELP[c] for c in selector.requires)
+        return f"it needs {needs}, which verl's vLLM servers do not expose (use bsb train, or probe_js)"
+    return "" if selector.trainable else selector.untrainable
+
+
+# Selectors whose reads a vLLM replica serves (top-K beliefs over HTTP, or no model reads): derived from the selectors'
+# traits and ServerBackend's capabilities.
+SERVER_SELECTORS = tuple(n for n, cls in SELECTORS.items() if not _why_not(cls))
+# verl's names of bsb's tree estimators (bsb.integrations.verl.estimators) -> bsb's advantage (bsb.train.advantages)
+ESTIMATORS = {"bsb_treerl": "treerl", "bsb_prefix_credit": "prefix_credit"}
 PROBE_ENDPOINTS = ("completions", "prompt_logprobs")
 MANAGER = "bsb.integrations.verl.worker.BsbTreeAgentLoopManager"
 AGENT_LOOP = "bsb_tree"
@@ -34,8 +42,9 @@ class VerlConfigError(ValueError):
 
 
 @dataclass
-class BsbSettings:
-    """bsb's options under ``bsb:`` in the verl config (the paper's App. A defaults)."""
+class BsbSettings(ProbeConfig):
+    """bsb's options under ``bsb:`` in the verl config (the paper's App. A defaults): the probe and candidate options
+    of :class:`~bsb.engine.probe.ProbeConfig` (``bsb.top_k``, ``bsb.read_len``, ...) and the fields below."""
 
     task: str = "math"  # a bsb task name or package.module:Class: the verifier, probe suffix and L
     task_options: dict = field(default_factory=dict)
@@ -43,11 +52,6 @@ class BsbSettings:
     chains: int = 4  # M, root chains per prompt
     siblings: int = 2  # k, continuations per fork
     max_refills: int = 2  # rounds of fresh roots for chains that cannot fork
-    max_candidates: int = 16  # C, candidate boundaries scored per chain
-    range_cap: float = 1.0  # ρ, score only the first ρ of a chain
-    top_k: int = 20  # K of the Probe-JS belief (<= the servers' max_logprobs)
-    read_len: int | None = None  # L; None: the task's (1 math, 16 code)
-    probe_suffix: str | None = None  # None: the task's elicitation suffix
     probe_endpoint: str = "completions"  # completions (rides the prefix cache) | prompt_logprobs (fallback, skips it)
     probe_timeout_s: float = 120.0
     overlong_buffer: int = 0  # DAPO's soft overlong penalty buffer in tokens (0: off)
@@ -71,9 +75,12 @@ class BsbSettings:
         return cls(**values)
 
     def problems(self) -> list[str]:
-        out = []
-        if self.selector not in SERVER_SELECTORS:
-            why = WHY_NOT.get(self.selector, "it is not a bsb selector")
+        out = [f"bsb.{problem}" for problem in self.probe_problems()]
+        try:
+            why = _why_not(SELECTORS.get(self.selector))
+        except ValueError as err:
+            why = str(err)
+        if why:
             out.append(f"bsb.selector={self.selector!r} cannot run through verl's servers: {why}. "
                        f"Choose one of {', '.join(SERVER_SELECTORS)}")
         try:
@@ -84,10 +91,6 @@ class BsbSettings:
             out.append(f"bsb.max_refills must be >= 0, got {self.max_refills}")
         if self.max_candidates < 2 and self.selector != "midpoint":
             out.append(f"bsb.max_candidates must be >= 2 for a selector to choose, got {self.max_candidates}")
-        if not 0 < self.range_cap <= 1:
-            out.append(f"bsb.range_cap must be in (0, 1], got {self.range_cap}")
-        if self.top_k < 1 or (self.read_len is not None and self.read_len < 1):
-            out.append(f"bsb.top_k and bsb.read_len must be >= 1, got {self.top_k} and {self.read_len}")
         if self.probe_endpoint not in PROBE_ENDPOINTS:
             out.append(f"bsb.probe_endpoint must be one of {', '.join(PROBE_ENDPOINTS)}, got {self.probe_endpoint!r}")
         if self.overlong_buffer < 0 or self.overlong_factor < 0:
@@ -143,8 +146,6 @@ def check_config(cfg: Mapping, build_task: bool = True) -> BsbSettings:
     if _get(cfg, "reward.reward_model.enable") and not _get(cfg, "reward.reward_model.enable_resource_pool"):
         problems.append("reward.reward_model.enable: each leaf's reward is bsb's task verifier; a reward model is not used")
     estimator = _get(cfg, "algorithm.adv_estimator")
-    from bsb.integrations.verl.estimators import ESTIMATORS
-
     if estimator not in ESTIMATORS:
         problems.append(f"algorithm.adv_estimator must be one of {', '.join(ESTIMATORS)} (the rows' uids carry the tree, which "
                         f"verl's own estimators would read as groups), got {estimator!r}")

@@ -31,7 +31,8 @@ import torch
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from bsb.engine.boundaries import newline_token_mask
-from bsb.engine.selectors import SelectorConfig, make_selector
+from bsb.engine.probe import resolve
+from bsb.engine.selectors import Selector, make_selector
 from bsb.integrations.verl.probe_client import CompletionsProbe, PromptLogprobsProbe
 from bsb.integrations.verl.server_backend import ServerBackend
 from bsb.integrations.verl.settings import BsbSettings, check_config, server_max_logprobs
@@ -50,7 +51,7 @@ class TreeKit:
 
     settings: BsbSettings
     task: Task
-    selector_config: SelectorConfig
+    selector: Selector  # shared by the worker's trees: select() changes no state
     newline: torch.Tensor
     eos: int
     max_logprobs: int
@@ -73,9 +74,7 @@ def tree_kit(config, tokenizer) -> TreeKit:
         plain = OmegaConf.to_container(config, resolve=True)
         s = check_config(plain)
         task = make_task(s.task, s.task_options)
-        suffix = tokenizer.encode(s.probe_suffix or task.probe_suffix, add_special_tokens=False)
-        sel = SelectorConfig(max_candidates=s.max_candidates, range_cap=s.range_cap, suffix=suffix, top_k=s.top_k,
-                             read_len=s.read_len or task.read_len, seed=s.seed)
+        sel = make_selector(s.selector, resolve(s, task, tokenizer, seed=s.seed))
         eos = tokenizer.eos_token_id
         if eos is None:
             raise ValueError("the tokenizer has no eos_token_id: bsb's tree needs one to tell finished chains")
@@ -141,8 +140,7 @@ class BsbTreeAgentLoop(AgentLoopBase):
         seed = derive(s.seed, problem.id, kwargs.get("session_id", 0))
         if self.tree:
             tcfg = TreeConfig(s.chains, s.siblings, response_length, temperature, top_p, s.max_refills)
-            selector = make_selector(s.selector, kit.selector_config)  # one per tree: select() rebinds its reader
-            build = functools.partial(tree_rollout, [prompt_ids], [problem.id], [problem.answer], backend, selector, backend,
+            build = functools.partial(tree_rollout, [prompt_ids], [problem.id], [problem.answer], backend, kit.selector, backend,
                                       kit.newline, tcfg, kit.eos, seed)
         else:
             build = functools.partial(flat_rollout, [prompt_ids], [problem.id], [problem.answer], backend, 1, response_length,
