@@ -1,5 +1,6 @@
-"""Figures: the per-chain case plot in the style of seed 000's Figure 1, the selector bar chart (Figure 3) and
-training curves. Files are written with matplotlib's Agg backend (no display needed)."""
+"""Figures: the per-chain case plot in the style of seed 000's Figure 1, the selector bar chart (Figure 3) and the
+sweep's held-out accuracy over training steps (Figure 4). Files are written with matplotlib's Agg backend (no display
+needed)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def case_plot(path: str | Path, cuts: Sequence[int], v_star: Sequence[float], fo
     if js is not None:
         ax2 = ax.twinx()
         width = max(1.0, 0.35 * (min((b - a for a, b in zip(cuts[:-1], cuts[1:])), default=4)))
-        handles.append(ax2.bar(cuts, js, width=width, color="tab:orange", alpha=0.35, label="Probe-JS score (fork-before)"))
+        handles.append(ax2.bar(cuts, js, width=width, color="tab:orange", alpha=0.35,
+                               label="Probe-JS score (fork-before)"))
         ax2.set_ylabel("JS (nats)")
         ax2.set_ylim(0, max(0.05, 1.15 * max((v for v in js if v == v), default=0.05)))
     cmap = plt.get_cmap("tab10")
@@ -51,7 +53,8 @@ def case_plot(path: str | Path, cuts: Sequence[int], v_star: Sequence[float], fo
             continue
         label = name + (f" (flip mass {captured[name]:.2f})" if captured and name in captured else "")
         ax.axvline(fork, color=cmap(i % 10), ls=":", alpha=0.6)
-        handles += ax.plot([fork], [1.02 + 0.025 * (i % 5)], MARKERS[i % len(MARKERS)], color=cmap(i % 10), ms=9, ls="none", label=label)
+        handles += ax.plot([fork], [1.02 + 0.025 * (i % 5)], MARKERS[i % len(MARKERS)], color=cmap(i % 10), ms=9,
+                           ls="none", label=label)
     if chain_len is not None:
         ax.set_xlim(0, chain_len)
     ax.set_title(title, fontsize=10)
@@ -60,14 +63,15 @@ def case_plot(path: str | Path, cuts: Sequence[int], v_star: Sequence[float], fo
     return _save(plt, fig, path)
 
 
-def bar_chart(path: str | Path, values: Mapping[str, float], errors: Mapping[str, float] | None = None, *, ylabel: str, title: str = "",
-              floor: float | None = None) -> Path:
+def bar_chart(path: str | Path, values: Mapping[str, float], errors: Mapping[str, float] | None = None, *, ylabel: str,
+              title: str = "", floor: float | None = None) -> Path:
     """One bar per selector (lower is better for reconstruction error), with optional error bars and the
     oracle floor as a line."""
     plt = _plt()
     names = list(values)
     fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(names) + 2), 3.6))
-    ax.bar(names, [values[n] for n in names], yerr=[errors[n] for n in names] if errors else None, color="tab:blue", alpha=0.8, capsize=3)
+    ax.bar(names, [values[n] for n in names], yerr=[errors[n] for n in names] if errors else None, color="tab:blue",
+           alpha=0.8, capsize=3)
     if floor is not None:
         ax.axhline(floor, color="black", ls="--", label="oracle floor")
         ax.legend()
@@ -78,26 +82,9 @@ def bar_chart(path: str | Path, values: Mapping[str, float], errors: Mapping[str
     return _save(plt, fig, path)
 
 
-def curves(path: str | Path, series: Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float] | None]], *, xlabel: str,
-           ylabel: str, title: str = "") -> Path:
-    """Lines with optional bands: ``series[name] = (x, mean, half-width or None)``."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, (x, y, half) in series.items():
-        line, = ax.plot(x, y, "o-", label=name)
-        if half is not None:
-            ax.fill_between(x, [a - b for a, b in zip(y, half)], [a + b for a, b in zip(y, half)], color=line.get_color(), alpha=0.15)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.legend()
-    fig.tight_layout()
-    return _save(plt, fig, path)
-
-
 def sweep_curves(path: str | Path, raw: Mapping[str, tuple[Sequence[float], Sequence[float]]],
-                 smooth: Mapping[str, tuple[Sequence[float], Sequence[float]]], best: Mapping[str, tuple[float, float]], *,
-                 xlabel: str, ylabel: str, title: str = "") -> Path:
+                 smooth: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+                 best: Mapping[str, tuple[float, float]], *, xlabel: str, ylabel: str, title: str = "") -> Path:
     """Seed 000 Figure 4 style: raw validation curves (faint), their moving average (solid), a star at each
     series' best-aggregate checkpoint."""
     plt = _plt()

@@ -46,17 +46,16 @@ def probe_js(logits, chain_index, k=20):
 
 
 def probe_js_deferred(logits, chain_index, k=20):
-    """:func:`probe_js` as ``(scores, status)``: on the Triton provider the input-error status word stays on the device
-    (``status`` a 0-d int tensor) so the caller's one copy of its results brings it along; every other provider checks
-    eagerly (``status`` None). Call :func:`raise_status` with the copied word."""
-    provider, fn = table(logits.device.type if isinstance(logits, torch.Tensor) else "cpu")["probe_js"]
-    if provider == "triton":
-        return fn(logits, chain_index, k, defer_errors=True)
-    return fn(logits, chain_index, k), None
+    """:func:`probe_js` as ``(scores, status)`` (its ``defer_errors``): on the Triton provider the input-error status
+    word stays on the device (``status`` a 0-d int tensor) so the caller's one copy of its results brings it along;
+    every other provider, and Triton for k above its limit, checks at once (``status`` None). Call
+    :func:`raise_status` with the copied word."""
+    return _impl("probe_js", logits)(logits, chain_index, k, defer_errors=True)
 
 
 def probe_js_topk(logp, idx, chain_index):
-    return reference.probe_js_topk(logp, idx, chain_index, js=floored_js)  # the floored JS through its dispatched provider
+    # the floored JS through its dispatched provider
+    return reference.probe_js_topk(logp, idx, chain_index, js=floored_js)
 
 
 def lens_logprobs(hidden, norm_weight, unembed, targets, eps=1e-6, norm="rms", norm_bias=None):
@@ -75,5 +74,9 @@ def logit_margin(logits):
     return _impl("logit_margin", logits)(logits)
 
 
-for _name in ("topk_logprobs", "floored_js", "probe_js", "probe_js_topk", "lens_logprobs", "lens_readouts", "surprisal_entropy", "logit_margin"):
+_OPS = (
+    "topk_logprobs", "floored_js", "probe_js", "probe_js_topk", "lens_logprobs", "lens_readouts", "surprisal_entropy",
+    "logit_margin",
+)
+for _name in _OPS:
     globals()[_name].__doc__ = getattr(reference, _name).__doc__

@@ -14,9 +14,12 @@ import torch
 from bsb import _C
 from bsb.kernels import reference as ref
 from bsb.kernels.checks import (
+    CHAINS_NOT_CONTIGUOUS,
+    ROW_OK,
     check_chain_index,
     check_float,
     check_k,
+    check_logits,
     check_tokens,
     check_topk_pair,
     status_error,
@@ -63,22 +66,28 @@ def floored_js(logp_a: torch.Tensor, idx_a: torch.Tensor, logp_b: torch.Tensor, 
     return out
 
 
-def probe_js(logits: torch.Tensor, chain_index: torch.Tensor, k: int = 20) -> torch.Tensor:
-    """Fused Probe-JS scores; same contract as :func:`bsb.kernels.reference.probe_js`."""
+def probe_js(logits: torch.Tensor, chain_index: torch.Tensor, k: int = 20, defer_errors: bool = False):
+    """Fused Probe-JS scores; same contract as :func:`bsb.kernels.reference.probe_js` (errors are raised at once:
+    with ``defer_errors`` the status is None)."""
     check_float("logits", logits, 2, 3, scan=False)
     n, v = logits.shape[0], logits.shape[-1]
     check_k(k, v)
     ci = check_chain_index(chain_index, n, scan=False)  # the kernel checks that chains are contiguous
     if k > MAX_K:
-        return ref.probe_js(logits, chain_index, k)
+        return ref.probe_js(logits, chain_index, k, defer_errors)
     x, code = _as_native(logits)
     n_pos = 1 if x.ndim == 2 else x.shape[1]
     out = torch.empty(n, dtype=torch.float32)
-    _raise(_C.probe_js(x.data_ptr(), code, n, n_pos, v, k, ci.contiguous().data_ptr(), out.data_ptr()))
-    return out
+    status = _C.probe_js(x.data_ptr(), code, n, n_pos, v, k, ci.contiguous().data_ptr(), out.data_ptr())
+    if status == CHAINS_NOT_CONTIGUOUS:  # found before the row pass: a logits error comes first in the reference
+        check_logits("logits", logits)
+    _raise(status)
+    return (out, None) if defer_errors else out
+
 
 def _raise(status: int) -> None:
-    if status:
+    """The error of a status code returned by the extension (its ``Status`` enum mirrors :mod:`~bsb.kernels.checks`)."""
+    if status != ROW_OK:
         raise status_error("logits", status)
 
 

@@ -122,7 +122,7 @@ def _chain_pairs(chain_index: torch.Tensor, n: int) -> torch.Tensor:
     return ci[1:] == ci[:-1]
 
 
-def probe_js(logits: torch.Tensor, chain_index: torch.Tensor, k: int = 20) -> torch.Tensor:
+def probe_js(logits: torch.Tensor, chain_index: torch.Tensor, k: int = 20, defer_errors: bool = False):
     """Probe-JS scores of consecutive boundary reads (Sec. 3.2, Eq. 1-2), fork-before attributed.
 
     ``scores[i] = mean_l floored_js(topk(logits[i, l]), topk(logits[i+1, l]))`` when rows i and i+1 belong to
@@ -134,13 +134,19 @@ def probe_js(logits: torch.Tensor, chain_index: torch.Tensor, k: int = 20) -> to
             the rows of one chain contiguous and in chain order.
         chain_index: (N,) integer chain id of each row.
         k: top-k size of the belief (K = 20 in the paper).
+        defer_errors: return ``(scores, status)``. An implementation that finds the input errors on the device
+            (Triton's fused kernel) leaves them there: ``status`` is a 0-d integer word with bit ``code`` set for
+            each kind found (the codes of :mod:`bsb.kernels.checks`), which the caller copies with its results and
+            passes to :func:`bsb.kernels.checks.raise_status` to raise the error this function raises. Every other
+            implementation (this one, the C++ one, Triton's for k above its limit) raises at once: ``status`` None.
     Returns:
-        (N,) float32.
+        (N,) float32; with ``defer_errors``, ``(scores, status)``.
     """
     check_logits("logits", logits, 2, 3)
     lg = logits if logits.ndim == 3 else logits[:, None, :]  # (N, L, V)
     logp, idx = topk_logprobs(lg, k)  # (N, L, k)
-    return probe_js_topk(logp, idx, chain_index)
+    scores = probe_js_topk(logp, idx, chain_index)
+    return (scores, None) if defer_errors else scores
 
 
 def probe_js_topk(logp: torch.Tensor, idx: torch.Tensor, chain_index: torch.Tensor, js=floored_js) -> torch.Tensor:
@@ -158,7 +164,9 @@ def probe_js_topk(logp: torch.Tensor, idx: torch.Tensor, chain_index: torch.Tens
         (N,) float32.
     """
     if logp.ndim not in (2, 3) or logp.shape != idx.shape:
-        raise ValueError(f"logp and idx must both be (N, k) or (N, L, k), got {tuple(logp.shape)} and {tuple(idx.shape)}")
+        raise ValueError(
+            f"logp and idx must both be (N, k) or (N, L, k), got {tuple(logp.shape)} and {tuple(idx.shape)}"
+        )
     n = logp.shape[0]
     pairs = _chain_pairs(chain_index, n).to(logp.device)
     lp = logp if logp.ndim == 3 else logp[:, None]  # (N, L, k)
@@ -198,7 +206,8 @@ def lens_logprobs(
         (layers, P) float32.
     """
     check_lens_inputs(hidden, norm_weight, unembed, targets, eps, norm, norm_bias)
-    x = apply_final_norm(hidden.float(), norm_weight.float(), eps, norm, None if norm_bias is None else norm_bias.float())
+    bias = None if norm_bias is None else norm_bias.float()
+    x = apply_final_norm(hidden.float(), norm_weight.float(), eps, norm, bias)
     logits = x @ unembed.float().T  # (layers, P, V)
     logp = torch.log_softmax(logits, dim=-1)
     tgt = targets.to(torch.int64)[None, :, None].expand(logp.shape[0], -1, 1)  # (layers, P, 1)

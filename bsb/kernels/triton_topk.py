@@ -132,7 +132,8 @@ def _merge_kernel(
     else:
         cs = tl.arange(0, CAP)
         keep = smask[:, None] & (cs[None, :] < cnts[:, None])
-        keys = tl.load(cand_ptr + (row * SPLITS + so)[:, None].to(tl.int64) * CAP + cs[None, :], mask=keep, other=_NO_KEY)  # (SP, CAP)
+        slots = cand_ptr + (row * SPLITS + so)[:, None].to(tl.int64) * CAP + cs[None, :]
+        keys = tl.load(slots, mask=keep, other=_NO_KEY)  # (SP, CAP)
         best = tl.topk(tl.reshape(keys, (SP * CAP,)), KP)
     hi = (best >> 32).to(tl.int32)
     val = (hi ^ ((hi >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
@@ -216,7 +217,8 @@ def _topk_rows(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, tor
     m = torch.empty(n_rows * splits, dtype=torch.float32, device=dev)
     s = torch.empty_like(m)
     nan = torch.empty(n_rows * splits, dtype=torch.int32, device=dev)
-    _split_kernel[(n_rows, splits)](x, cand, cnt, m, s, nan, v, x.stride(0), split_len, splits, K=k, KP=kp, CAP=CAP, BLOCK=blk)
+    _split_kernel[(n_rows, splits)](x, cand, cnt, m, s, nan, v, x.stride(0), split_len, splits, K=k, KP=kp, CAP=CAP,
+                                    BLOCK=blk)
     lp = torch.empty(n_rows, k, dtype=torch.float32, device=dev)
     idx = torch.empty(n_rows, k, dtype=torch.int64, device=dev)
     rmax = torch.empty(n_rows, dtype=torch.float32, device=dev)
@@ -229,7 +231,8 @@ def _topk_rows(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, tor
 def _row_status(rmax: torch.Tensor, rnan: torch.Tensor) -> torch.Tensor:
     """One int32 on the device: a bit per kind of input error (NaN, +inf, an all-masked row)."""
     bad_nan = (rnan != 0).any() | torch.isnan(rmax).any()
-    return (bad_nan.int() << ROW_NAN) | (torch.isposinf(rmax).any().int() << ROW_POSINF) | (torch.isneginf(rmax).any().int() << ROW_ALL_MASKED)
+    posinf, all_masked = torch.isposinf(rmax).any().int(), torch.isneginf(rmax).any().int()
+    return (bad_nan.int() << ROW_NAN) | (posinf << ROW_POSINF) | (all_masked << ROW_ALL_MASKED)
 
 
 def _raise(status: torch.Tensor) -> None:
@@ -250,7 +253,9 @@ def topk_logprobs(logits: torch.Tensor, k: int = 20) -> tuple[torch.Tensor, torc
     return lp.reshape(*lead, k), idx.reshape(*lead, k)
 
 
-def _chain_pairs_on_device(chain_index: torch.Tensor, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _chain_pairs_on_device(
+    chain_index: torch.Tensor, n: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(N,) int8 'row i and i+1 share a chain' and the contiguity status bit, computed where the logits are."""
     ci = chain_index.to(device=device, dtype=torch.int64)
     pairs = torch.zeros(n, dtype=torch.int8, device=device)
@@ -262,7 +267,8 @@ def _chain_pairs_on_device(chain_index: torch.Tensor, n: int, device: torch.devi
 
 def probe_js(logits: torch.Tensor, chain_index: torch.Tensor, k: int = 20, defer_errors: bool = False):
     """With ``defer_errors`` returns ``(scores, status)`` without the host sync: the caller copies the status word with
-    its results and calls :func:`raise_status` (one sync for both)."""
+    its results and calls :func:`raise_status` (one sync for both). ``k`` above :data:`MAX_K` is served by the
+    reference, which checks eagerly: then ``status`` is None."""
     check_float("logits", logits, 2, 3, scan=False)
     n, v = logits.shape[0], logits.shape[-1]
     check_k(k, v)
@@ -270,7 +276,7 @@ def probe_js(logits: torch.Tensor, chain_index: torch.Tensor, k: int = 20, defer
     if k > MAX_K:
         from bsb.kernels import reference
 
-        return reference.probe_js(logits, chain_index, k)
+        return reference.probe_js(logits, chain_index, k, defer_errors)  # checks at once: status None
     n_pos = 1 if logits.ndim == 2 else logits.shape[1]
     lp, idx, status = _topk_rows(rows(logits), k)  # (N * L, k)
     pairs, chain_status = _chain_pairs_on_device(chain_index, n, logits.device)

@@ -34,7 +34,23 @@ def test_two_level_adds_seed_variation_and_is_seeded():
     two = two_level(a, b, resamples=2000, seed=0)
     assert one.high - one.low < 1e-9  # the seed shift averages out within each question
     assert two.high - two.low > 0.3  # but not across resampled seeds
-    assert two_level(a, b, resamples=200, seed=5) == two_level(a, b, resamples=200, seed=5)
+    # the seed picks the resamples (a rerun repeats them, another seed moves the interval), never the point estimate
+    five, six = two_level(a, b, resamples=200, seed=5), two_level(a, b, resamples=200, seed=6)
+    assert two_level(a, b, resamples=200, seed=5) == five
+    assert (five.low, five.high) != (six.low, six.high)
+    assert five.diff == six.diff == pytest.approx(float((a - b).mean()))
+
+
+def test_two_level_resamples_seeds_and_questions_independently():
+    """Seed 0 differs by 0, seed 1 by 1, on every question: a resample of the two seeds has mean 0, ½ or 1 with
+    probability ¼, ½, ¼, so the 95% percentile interval is exactly [0, 1] (2.5% < ¼ at either end); the questions,
+    all alike, add nothing. Clustering by question alone averages the seeds away: the point ½."""
+    a = np.stack([np.zeros(30), np.ones(30)])
+    b = np.zeros((2, 30))
+    two = two_level(a, b, resamples=2000, seed=1)
+    assert (two.diff, two.low, two.high) == (0.5, 0.0, 1.0)
+    one = question_clustered(a, b, resamples=2000, seed=1)
+    assert one.diff == one.low == one.high == 0.5
 
 
 def test_shape_errors():

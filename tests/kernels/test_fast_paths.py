@@ -6,6 +6,7 @@ Tolerances: torch's fp32 log_softmax over V=151,936 is itself 1.7e-5 off an fp64
 compare at 5e-5; the C++ path is also checked against fp64 directly at 2e-6.
 """
 
+import functools
 import importlib
 import os
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from bsb.kernels import reference as ref
+from bsb.kernels.checks import raise_status
 from bsb.kernels.dispatch import PROVIDERS as PROVIDERS_BY_NAME
 
 HAS_CUDA = torch.cuda.is_available()
@@ -33,6 +35,8 @@ class Provider:
         self.name, self.device, self.modules, self.small = name, device, modules, small
 
     def op(self, name):
+        if name == "probe_js_deferred":  # what bsb.kernels.probe_js_deferred calls: the provider's probe_js, deferred
+            return functools.partial(self.op("probe_js"), defer_errors=True)
         if name not in self.modules:
             pytest.skip(f"{self.name} has no {name}")
         return getattr(_load(self.modules[name]), name)
@@ -112,7 +116,9 @@ def test_topk_ties_and_fully_masked_tail(prov):
     torch.testing.assert_close(lp.cpu(), want_lp, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("pattern", ["random", "descending", "ascending", "constant", "mostly_masked", "signed_zeros", "quantised"])
+@pytest.mark.parametrize(
+    "pattern", ["random", "descending", "ascending", "constant", "mostly_masked", "signed_zeros", "quantised"]
+)
 def test_topk_candidate_and_overflow_paths(prov, pattern):
     """Rows that keep the threshold compaction within its slots (random) and rows that overflow them into the exact
     fallback (a sorted row puts whole tiles above the bound; a constant row ties everywhere), at a vocabulary long
@@ -123,7 +129,8 @@ def test_topk_candidate_and_overflow_paths(prov, pattern):
          "descending": lambda: torch.linspace(5, -5, v).repeat(n, 1),
          "ascending": lambda: torch.linspace(-5, 5, v).repeat(n, 1),
          "constant": lambda: torch.zeros(n, v),
-         "mostly_masked": lambda: torch.where(torch.rand(n, v, generator=g) < 0.999, float("-inf"), torch.randn(n, v, generator=g)),
+         "mostly_masked": lambda: torch.where(torch.rand(n, v, generator=g) < 0.999, float("-inf"),
+                                              torch.randn(n, v, generator=g)),
          "signed_zeros": lambda: torch.where(torch.rand(n, v, generator=g) < 0.5, 0.0, -0.0) + 0 * torch.zeros(n, v),
          "quantised": lambda: (torch.randn(n, v, generator=g) * 2).round()}[pattern]()
     x[:, 7] = torch.where(torch.isinf(x[:, 7]), torch.tensor(0.0), x[:, 7])  # every row unmasked somewhere
@@ -151,7 +158,9 @@ def test_cpp_topk_is_within_2e6_of_fp64():
 
 # ------------------------------------------------------------------------------------------------- probe_js
 
-CHAINS = {1: [0], 2: [3, 3], 7: [0, 0, 0, 1, 2, 2, 2], 64: [c for c, n in enumerate([1, 20, 5, 30, 8]) for _ in range(n)]}
+CHAINS = {
+    1: [0], 2: [3, 3], 7: [0, 0, 0, 1, 2, 2, 2], 64: [c for c, n in enumerate([1, 20, 5, 30, 8]) for _ in range(n)]
+}
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -178,7 +187,73 @@ def test_floored_js_matches_reference_cpp():
 
     la, ia = ref.topk_logprobs(_logits((50, 30), torch.float32, "cpu", 0.3), 12)
     lb, ib = ref.topk_logprobs(_logits((50, 30), torch.float32, "cpu", 0.3, seed=5), 9)
-    torch.testing.assert_close(cpu_probe.floored_js(la, ia, lb, ib), ref.floored_js(la, ia, lb, ib), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(cpu_probe.floored_js(la, ia, lb, ib), ref.floored_js(la, ia, lb, ib),
+                               atol=1e-6, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------- probe_js_deferred
+
+
+def _checked(result, device):
+    """The scores of a ``probe_js_deferred`` result once its status is checked, as ``ProbeJS.score_many`` does
+    (``scores, status = ...``; ``raise_status`` on the copied word). Every provider, for every k, returns the pair."""
+    assert isinstance(result, tuple) and len(result) == 2, f"got {type(result).__name__}, not (scores, status)"
+    scores, status = result
+    assert isinstance(scores, torch.Tensor) and scores.dtype == torch.float32 and scores.device.type == device
+    if status is not None:  # left on the device: a 0-d integer word beside the scores
+        assert isinstance(status, torch.Tensor) and status.ndim == 0 and status.device.type == device
+        assert not status.is_floating_point() and status.dtype != torch.bool
+        raise_status(int(status))
+    return scores
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", range(3))
+def test_probe_js_deferred_matches_reference(prov, dtype, case):
+    """Below, at and above the kernels' k limit (64; above it the reference serves the op)."""
+    n, n_pos, v, k = _shapes(
+        prov,
+        [(7, 4, 50_257, 20), (64, 1, 151_936, 64), (7, 2, 300, 100)],
+        [(7, 1, 300, 20), (7, 2, 100, 64), (2, 2, 120, 100)],
+    )[case]
+    shape = (n, v) if n_pos == 1 else (n, n_pos, v)
+    base = _logits(shape, torch.float32, "cpu", 0.05)
+    x = (base + 0.7 * _logits(shape, torch.float32, "cpu", seed=1).nan_to_num(0, 0, 0)).to(dtype)
+    chains = torch.tensor(CHAINS[n])
+    got = _checked(prov.op("probe_js_deferred")(x.to(prov.device), chains.to(prov.device), k), prov.device).cpu()
+    want = ref.probe_js(x, chains, k)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4, equal_nan=True)
+    assert torch.isnan(got).tolist() == torch.isnan(want).tolist()
+    eager = prov.op("probe_js")(x.to(prov.device), chains.to(prov.device), k).cpu()
+    torch.testing.assert_close(got, eager, atol=0, rtol=0, equal_nan=True)
+
+
+DEFERRED_BAD = {
+    "nan": lambda x, c: (x.index_put_((torch.tensor([1]), torch.tensor([17])), torch.tensor(float("nan"))), c),
+    "posinf": lambda x, c: (x.index_put_((torch.tensor([2]), torch.tensor([5])), torch.tensor(float("inf"))), c),
+    "masked_row": lambda x, c: (x.index_fill_(0, torch.tensor([0]), float("-inf")), c),
+    "chain_order": lambda x, c: (x, torch.tensor([0, 1, 0])),
+    "nan_and_chain_order": lambda x, c: (x.index_fill_(0, torch.tensor([2]), float("nan")), torch.tensor([0, 1, 0])),
+    "posinf_and_masked_row": lambda x, c: (x.index_fill_(0, torch.tensor([0]), float("-inf")).index_put_(
+        (torch.tensor([2]), torch.tensor([5])), torch.tensor(float("inf"))), c),
+    "chain_shape": lambda x, c: (x, c[:2]),
+    "k_too_large": lambda x, c: (x[:, :3].contiguous(), c),
+}
+
+
+@pytest.mark.parametrize("k", [4, 100])
+@pytest.mark.parametrize("bad", list(DEFERRED_BAD))
+def test_probe_js_deferred_errors_are_the_probe_js_errors(prov, bad, k):
+    """Every input error of probe_js, whether the deferred op raises it at once or returns it in the status word,
+    surfaces once the status is checked as the same ValueError, word for word (the reference's order first)."""
+    x, chains = DEFERRED_BAD[bad](_logits((3, 120), torch.float32, "cpu"), torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError) as want:
+        ref.probe_js(x, chains, k)
+    with pytest.raises(ValueError) as eager:
+        prov.op("probe_js")(x.to(prov.device), chains.to(prov.device), k)
+    with pytest.raises(ValueError) as deferred:
+        _checked(prov.op("probe_js_deferred")(x.to(prov.device), chains.to(prov.device), k), prov.device)
+    assert str(deferred.value) == str(eager.value) == str(want.value)
 
 
 # ------------------------------------------------------------------------------------------------- lens
@@ -190,7 +265,8 @@ LENS_TOL = {torch.float32: 2e-4, torch.bfloat16: 0.15, torch.float16: 2e-2}
 @pytest.mark.parametrize("norm", ["rms", "layer"])
 @pytest.mark.parametrize("case", range(2))
 def test_lens_logprobs_matches_reference(prov, dtype, norm, case):
-    layers, p, d, v = _shapes(prov, [(5, 3, 64, 50_257), (2, 1, 96, 151_936)], [(3, 5, 48, 257), (2, 3, 40, 1_000)])[case]
+    layers, p, d, v = _shapes(prov, [(5, 3, 64, 50_257), (2, 1, 96, 151_936)],
+                              [(3, 5, 48, 257), (2, 3, 40, 1_000)])[case]
     g = torch.Generator().manual_seed(case)
     hidden = torch.randn(layers, p, d, generator=g) * 4
     w = torch.rand(d, generator=g) + 0.5
@@ -200,7 +276,8 @@ def test_lens_logprobs_matches_reference(prov, dtype, norm, case):
     args = [t.to(dtype) for t in (hidden, w, unembed)]
     want = ref.lens_logprobs(*args, targets, 1e-5, norm, None if bias is None else bias.to(dtype))
     dev = [t.to(prov.device) for t in args]
-    got = prov.op("lens_logprobs")(*dev, targets.to(prov.device), 1e-5, norm, None if bias is None else bias.to(dtype).to(prov.device))
+    dev_bias = None if bias is None else bias.to(dtype).to(prov.device)
+    got = prov.op("lens_logprobs")(*dev, targets.to(prov.device), 1e-5, norm, dev_bias)
     torch.testing.assert_close(got.cpu(), want, atol=LENS_TOL[dtype], rtol=1e-4)
 
 
@@ -229,7 +306,9 @@ def test_surprisal_entropy_and_margin_match_reference(prov, dtype):
 
 
 @pytest.mark.parametrize("op", ["topk_logprobs", "probe_js", "surprisal_entropy", "logit_margin"])
-@pytest.mark.parametrize("bad,match", [(float("nan"), "contains NaN"), (float("inf"), r"contains \+inf"), ("row", "every entry is -inf")])
+@pytest.mark.parametrize(
+    "bad,match", [(float("nan"), "contains NaN"), (float("inf"), r"contains \+inf"), ("row", "every entry is -inf")]
+)
 def test_fast_paths_raise_the_reference_errors(prov, op, bad, match):
     x = _logits((3, 40), torch.float32, "cpu")
     if bad == "row":
