@@ -8,10 +8,52 @@ share of the step spent selecting.
 
 from __future__ import annotations
 
+import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
+from bsb.commands.flags import add_flags, from_args
 from bsb.engine import cost
+from bsb.fields import help_field as _f
+
+HELP = "probe FLOP overhead: the paper's arms (App. B), your step shape, a run's measured shares"
+
+
+@dataclass
+class CostConfig:
+    metrics: str | None = _f(None, "a run's metrics.jsonl: print its measured shares beside the analytical ones")
+    mean_chain_len: float | None = _f(None, "T̄ of your shape (adds a row)")
+    train_tokens: float = _f(0.0, "T_train, tokens trained per step")
+    prompts: int = _f(32, "P_gen")
+    chains: int = _f(4, "M")
+    siblings: int = _f(2, "k")
+    candidates: int = _f(16, "C")
+    suffix_len: int = _f(9, "E, suffix tokens")
+    read_len: int = _f(1, "L")
+
+    def shape(self) -> cost.StepShape | None:
+        """Your step shape (None without a mean chain length)."""
+        if self.mean_chain_len is None:
+            return None
+        return cost.StepShape(mean_chain_len=self.mean_chain_len, train_tokens=self.train_tokens, prompts=self.prompts,
+                              chains=self.chains, siblings=self.siblings, candidates=self.candidates,
+                              suffix_len=self.suffix_len, read_len=self.read_len)
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    parser = sub.add_parser("cost", help=HELP, description=HELP)
+    add_flags(parser, CostConfig)
+    return parser
+
+
+def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    cfg = from_args(CostConfig, args, parser)
+    try:
+        cost_report(cfg.shape(), cfg.metrics)
+    except (ValueError, FileNotFoundError) as err:
+        parser.error(str(err))
+    return 0
 
 
 def cost_report(shape: cost.StepShape | None = None, metrics: str | Path | None = None, console=None) -> dict:

@@ -1,6 +1,6 @@
 """``bsb demo``: every fork-point selector on chains the model samples, the cost of each read next to the
 rollout's, and the Monte-Carlo value curve of each chain; the chain whose value moves most is drawn with each
-selector's fork (seed 000 Figure 1 style).
+selector's fork ([Fork] Figure 1 style).
 
 On the embedded default (the tiny Qwen3 trained on the synthetic map walks) it needs no GPU and no
 download; given a local Hugging Face model directory and a problem file it runs the same on that model.
@@ -8,59 +8,74 @@ download; given a local Hugging Face model directory and a problem file it runs 
 
 from __future__ import annotations
 
+import argparse
 import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bsb.commands.flags import add_flags, from_args
 from bsb.engine.bsv import task_direction
-from bsb.engine.selectors import SELECTORS, ChainInput, SelectorConfig, make_selector
-from bsb.eval.offline import OfflineConfig, gold_label, judge_client
+from bsb.engine.selectors import SELECTORS, ChainInput, make_selector
+from bsb.eval.session import OfflineConfig, gold_label, judge_client, open_session
+from bsb.fields import help_field as _f
+
+HELP = "every selector on sampled chains, read costs, and a V* case plot (embedded default)"
 
 
 @dataclass
 class DemoConfig(OfflineConfig):
-    n_problems: int = 4  # chains sampled (one per problem)
-    max_response: int = 160  # response token cap
-    temperature: float = 1.0  # chain and completion sampling temperature (the RL rollouts'; at 0.7 the walk model rarely slips)
-    n_mc: int = 8  # completions per boundary for V*
-    seed: int = 0
-    out: str = "bsb_demo.png"
-    quick: bool = False  # a test-size model trained in seconds (a pipeline check; its forks mean little)
-    progress: bool = True
+    n_problems: int = _f(4, "chains to sample, one per problem", flag="--chains")
+    max_response: int = _f(160, "response token cap")
+    temperature: float = _f(1.0, "chain and completion sampling temperature (the RL rollouts'; at 0.7 the walk model rarely "
+                                 "slips)")
+    n_mc: int = _f(8, "completions per boundary for the value curve V*")
+    seed: int = _f(0, "seed of the problems, chains and completions")
+    out: str = _f("bsb_demo.png", "where the figure goes")
+    quick: bool = _f(False, "a test-size model and tiny budgets: checks the pipeline in seconds (its forks mean little)")
+    progress: bool = _f(True, "progress bars", cli=False)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.n_problems < 1 or self.max_response < 8 or self.n_mc < 1 or not self.temperature > 0:
+            raise ValueError("--chains and --n-mc must be >= 1, --max-response >= 8 and --temperature > 0")
+        if self.model != "embedded" and self.problems is None:
+            raise ValueError("a model other than the embedded default needs a problem file: bsb demo MODEL PROBLEMS")
+        if self.quick:
+            self.n_problems, self.n_mc, self.max_response = min(self.n_problems, 2), min(self.n_mc, 2), min(self.max_response, 64)
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    parser = sub.add_parser("demo", help=HELP, description=HELP)
+    add_flags(parser, DemoConfig)
+    return parser
+
+
+def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    run_demo(from_args(DemoConfig, args, parser))
+    return 0
 
 
 def run_demo(cfg: DemoConfig, console=None) -> dict:
-    import transformers
     from rich.console import Console
     from rich.table import Table
     from tqdm import tqdm
 
     from bsb import kernels
-    from bsb.embedded.model import quick_config, resolve_model, train_tiny_model
-    from bsb.engine.boundaries import newline_token_mask
-    from bsb.engine.hf_backend import HFBackend
-    from bsb.engine.hf_model import load_for_inference
+    from bsb.embedded.model import quick_config, train_tiny_model
     from bsb.eval.figures import case_plot
     from bsb.eval.value_curve import answer_belief, mc_values
-    from bsb.tasks.prompting import render_prompt
     from bsb.tasks.registry import offline_task
 
     console = console or Console()
     t_start = time.perf_counter()
-    task = offline_task(cfg.task, cfg.task_options, cfg.problems)
+    quick_path = None
     if cfg.quick and cfg.model == "embedded":
-        path = train_tiny_model(quick_config(task), progress=cfg.progress)
-    else:
-        path = resolve_model(cfg.model, task)
-    tok = transformers.AutoTokenizer.from_pretrained(path)
-    model = load_for_inference(path, cfg.device, cfg.dtype)
-    backend = HFBackend(model, tok)
-    eos = tok.eos_token_id
-    newline = newline_token_mask(tok, backend.vocab_size)
-    problem_set = task.sample(cfg.n_problems, cfg.seed)
+        quick_path = train_tiny_model(quick_config(offline_task(cfg.task, cfg.task_options, cfg.problems)), progress=cfg.progress)
+    session = open_session(cfg, cfg.n_problems, cfg.seed, path=quick_path)
+    task, tok, model, backend, newline, eos = session.task, session.tok, session.model, session.hf, session.newline, session.eos
+    problem_set, prompts = session.problems, session.prompts
     problems = [(p.prompt, p.answer) for p in problem_set]
-    prompts = [tok.encode(render_prompt(task, p, tok, cfg.prompt_format), add_special_tokens=False) for p in problem_set]
 
     # --- rollout: one chain per problem (timed per chain, so each read is set against its own rollout)
     responses, rollout_s = [], []
@@ -68,22 +83,16 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
         t0 = time.perf_counter()
         responses.append(backend.generate([p], max_new_tokens=cfg.max_response, temperature=cfg.temperature, seed=cfg.seed + i, eos_token_id=eos)[0])
         rollout_s.append(time.perf_counter() - t0)
-    texts = [tok.decode(r, skip_special_tokens=True) for r in responses]
+    texts = [session.decode(r) for r in responses]
     correct = [task.verify(t, p).correct for t, p in zip(texts, problem_set)]
-
-    def answer_ids(text):
-        ans = task.answer_span(text)
-        return tok.encode(ans, add_special_tokens=False) if ans else None
-
-    chains = [ChainInput(p, r, answer=answer_ids(t)) for p, r, t in zip(prompts, responses, texts)]
+    chains = [ChainInput(p, r, answer=session.answer_ids(t)) for p, r, t in zip(prompts, responses, texts)]
     judge = judge_client(cfg)
-    bsv = task_direction(path, task, model, tok)  # the task's BSV direction (walk), fitted once and cached with the model
-    scfg = SelectorConfig(suffix=tok.encode(task.probe_suffix, add_special_tokens=False), seed=cfg.seed, read_len=task.read_len,
-                          margin_window=(4, 64), judge=judge, decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
-                          bsv_path=str(bsv) if bsv else None)
+    bsv = task_direction(session.path, task, model, tok)  # the task's BSV direction (walk), fitted once, cached with the model
+    scfg = session.selector_config(seed=cfg.seed, judge=judge, decode=session.decode, bsv_path=str(bsv) if bsv else None)
 
-    # --- every selector, chain by chain (timed per chain); BSV when the task drafts its data; the LLM judge when configured
-    names = [n for n in SELECTORS if (n != "bsv" or bsv is not None) and (n != "llm_judge" or judge is not None)]
+    # --- every selector configured here, chain by chain (timed per chain): BSV when the task drafts its data, the LLM
+    # judge when one is given
+    names = [n for n, cls in SELECTORS.items() if cls.configured(scfg)]
     picks: dict[str, list] = {}
     read_s: dict[str, list[float]] = {}
     for name in tqdm(names, desc="selectors", disable=not cfg.progress, leave=False):
@@ -128,7 +137,7 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     t0 = time.perf_counter()
     for i, ch in enumerate(chains):
         def solved(ids, problem=problem_set[i]):
-            return task.verify(tok.decode(ids, skip_special_tokens=True), problem).correct, ""
+            return task.verify(session.decode(ids), problem).correct, ""
 
         curves[i] = mc_values(backend, ch.prompt, ch.response, boundaries(i), cfg.n_mc, solved, cfg.max_response, eos,
                               temperature=cfg.temperature, seed=cfg.seed + i, progress=bar.update) + [float(correct[i])]
@@ -139,8 +148,7 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
     xs, vs = cuts + [len(ch.response)], v + [float(correct[k])]
     # the elicited belief in the gold answer (as the task continues the suffix with it) and the JS score of each boundary (fork-before)
     pool = picks["probe_js"][k].pool.positions
-    belief = answer_belief(backend, ch.prompt, ch.response, cuts, scfg.suffix,
-                           tok.encode(task.gold_continuation(problem_set[k]), add_special_tokens=False))
+    belief = answer_belief(backend, ch.prompt, ch.response, cuts, scfg.suffix, session.gold_ids(problem_set[k]))
     js = [dict(zip(pool, picks["probe_js"][k].scores)).get(t, 0.0) for t in cuts]
     flips = {name: _flip_mass(xs, vs, picks[name][k].fork) for name in names}
     png = case_plot(cfg.out, xs, vs, {n: picks[n][k].fork for n in names}, belief=belief + [math.nan], js=js + [0.0],

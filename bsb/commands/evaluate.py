@@ -1,4 +1,4 @@
-"""``bsb evaluate``: a checkpoint on a problem file with seed 001's test-time rules (§5.5-5.6).
+"""``bsb evaluate``: a checkpoint on a problem file with [TwoStage]'s test-time rules (§5.5-5.6).
 
 Per question: the greedy root (Mean@1); k sampled responses voted by every rule of :mod:`bsb.eval.voting`
 (Rand-/MaxLen-/MDL-/CompletedRoot-Maj@k); and the native branching rules of :mod:`bsb.eval.branching`
@@ -9,74 +9,84 @@ with a question-clustered paired bootstrap 95% interval of its difference to Mea
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from bsb.commands.flags import add_flags, from_args
+from bsb.engine.selectors import MARGIN_WINDOW
 from bsb.eval.bootstrap import question_clustered
 from bsb.eval.branching import RULES as BRANCH_RULES
 from bsb.eval.branching import branch_prefixes, eff_caps
-from bsb.eval.offline import OfflineConfig
+from bsb.eval.session import JUDGE, OfflineConfig, open_session
 from bsb.eval.voting import RULES as VOTE_RULES
 from bsb.eval.voting import Candidate, vote
+from bsb.fields import help_field as _f
 
+HELP = "test-time voting (k=3) and native branching rules with bootstrap CIs"
 BUDGETS = ("exact", "eff_cap")
 
 
 @dataclass
 class EvaluateConfig(OfflineConfig):
-    n_problems: int = 64
-    k: int = 3  # sampled candidates per question
-    temperature: float = 0.6  # seed 001's single-seed sampled mode (T=0.6, top-p 0.9)
-    top_p: float = 0.9
-    max_response: int = 160
-    min_len: int = 15  # MDL eligibility: min_len <= L < max_response
-    window: tuple[int, int] = (4, 64)  # branching window (zero-based response positions)
-    budget: str = "exact"  # branch continuations' total cap: exact (max_response each) | eff_cap (seed 001's batched eff_cap_i)
-    seed: int = 0
-    resamples: int = 4000
-    out_dir: str = "runs/evaluate"
-    progress: bool = True
+    n_problems: int = _f(64, "questions")
+    k: int = _f(3, "sampled candidates per question")
+    temperature: float = _f(0.6, "sampling temperature ([TwoStage]'s single-seed sampled mode: T=0.6, top-p 0.9)")
+    top_p: float = _f(0.9, "sampling nucleus")
+    max_response: int = _f(160, "response token cap")
+    min_len: int = _f(15, "MDL eligibility: min_len <= L < max_response")
+    window: tuple[int, int] = _f(MARGIN_WINDOW, "branching window (zero-based response positions)", cli=False)
+    budget: str = _f("exact", "branch continuations' cap: exact (max_response each), or [TwoStage]'s batched per-row eff_cap",
+                     choices=BUDGETS)
+    seed: int = _f(0, "seed of the problems and the sampled draws")
+    resamples: int = _f(4000, "bootstrap resamples")
+    out_dir: str = _f("runs/evaluate", "output directory", flag="--out")
+    progress: bool = _f(True, "progress bars", cli=False)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.k < 1 or self.n_problems < 1:
+            raise ValueError("--k and --n-problems must be >= 1")
+        if self.budget not in BUDGETS:
+            raise ValueError(f"budget must be one of {', '.join(BUDGETS)}, got {self.budget!r}")
+        if not self.temperature >= 0 or not 0 < self.top_p <= 1:
+            raise ValueError("temperature must be >= 0 and top_p in (0, 1]")
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    parser = sub.add_parser("evaluate", help=HELP, description=HELP)
+    add_flags(parser, EvaluateConfig, skip=JUDGE)  # no judge here: the rules read the model's own margins
+    return parser
+
+
+def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    run_evaluate(from_args(EvaluateConfig, args, parser))
+    return 0
 
 
 def run_evaluate(cfg: EvaluateConfig, console=None) -> dict:
-    import transformers
     from rich.console import Console
     from rich.table import Table
     from tqdm import tqdm
 
-    from bsb.embedded.model import resolve_model
-    from bsb.engine.hf_backend import HFBackend
-    from bsb.engine.hf_model import load_for_inference
-    from bsb.tasks.prompting import render_prompt
-    from bsb.tasks.registry import offline_task
-
-    if cfg.k < 1 or cfg.n_problems < 1:
-        raise ValueError("k and n_problems must be >= 1")
-    if cfg.budget not in BUDGETS:
-        raise ValueError(f"budget must be one of {', '.join(BUDGETS)}, got {cfg.budget!r}")
     console = console or Console()
-    task = offline_task(cfg.task, cfg.task_options, cfg.problems)
-    path = resolve_model(cfg.model, task)
-    tok = transformers.AutoTokenizer.from_pretrained(path)
-    model = load_for_inference(path, cfg.device, cfg.dtype)
-    backend = HFBackend(model, tok)
-    eos = tok.eos_token_id
-    problems = task.sample(cfg.n_problems, cfg.seed)
+    session = open_session(cfg, cfg.n_problems, cfg.seed)
+    task, model, backend, eos = session.task, session.model, session.hf, session.eos
+    problems, prompts, path = session.problems, session.prompts, session.path
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
     def cand(problem, resp) -> Candidate:
-        verdict = task.verify(tok.decode(resp, skip_special_tokens=True), problem)
+        verdict = task.verify(session.decode(resp), problem)
         return Candidate(verdict.correct, len(resp), verdict.answer)
 
     modes = ["mean@1"] + [f"{r}@{cfg.k}" for r in VOTE_RULES] + [f"pass@{cfg.k}"]
     modes += [f"{b}_fork@3:{r}" for b in BRANCH_RULES for r in ("mdl_maj", "completed_root_maj")]
     scores = {m: [] for m in modes}
     fallbacks = {b: 0 for b in BRANCH_RULES}
-    prompts = [tok.encode(render_prompt(task, p, tok, cfg.prompt_format), add_special_tokens=False) for p in problems]
     # one batched request per phase: the greedy roots, the k sampled draws, then every branch continuation
     bar = tqdm(total=4, desc="evaluating (roots, draws, branch points, branches)", disable=not cfg.progress)
     roots = backend.generate(prompts, cfg.max_response, temperature=0.0, eos_token_id=eos)

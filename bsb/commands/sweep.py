@@ -3,7 +3,7 @@
 Each config × seed trains in its own process and folder (``OUT/<config name>-s<seed>``); a finished run is skipped,
 a killed one resumes from its checkpoint. Before anything trains, every config is validated, no two runs may write
 to one folder, and every run must validate on the same held-out problems with the same decoding (otherwise their
-curves do not compare). Then one table and one figure (seed 000 §5–7, App. A):
+curves do not compare). Then one table and one figure ([Fork] §5–7, App. A):
 
 * validation curves, raw (faint) and as a 3-point moving average (solid), mean over seeds;
 * each config at its *single best-aggregate checkpoint* (the validation step with the best seed-mean accuracy; ties
@@ -14,6 +14,7 @@ curves do not compare). Then one table and one figure (seed 000 §5–7, App. A)
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import subprocess
@@ -23,7 +24,50 @@ from pathlib import Path
 
 import numpy as np
 
+from bsb.commands.flags import add_flags, from_args
 from bsb.eval.bootstrap import two_level
+from bsb.fields import help_field as _f
+
+HELP = "several configs x seeds, each in its own process and folder (resumable); one table and figure"
+
+
+@dataclass
+class SweepConfig:
+    configs: tuple[str, ...] = _f((), "YAML configs (bsb train --config files); each run is named after its file",
+                                  positional=True, nargs="+")
+    seeds: tuple[int, ...] = _f((0, 1, 2), "seeds of every config", nargs="+")
+    out: str = _f("runs/sweep", "one folder per run inside, plus table.md and curves.png")
+    reference: str | None = _f(None, "the config the others are compared with (default: the first)")
+    set: tuple[str, ...] = _f((), "overrides applied to every config, e.g. --set steps=20")
+    summarize_only: bool = _f(False, "write the table and figure from finished runs, train nothing")
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    parser = sub.add_parser("sweep", help=HELP, description=HELP)
+    add_flags(parser, SweepConfig)
+    return parser
+
+
+def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from bsb.train.config import parse_overrides
+
+    cfg = from_args(SweepConfig, args, parser)
+    try:  # everything is checked before anything trains
+        runs = plan(list(cfg.configs), list(cfg.seeds), cfg.out, parse_overrides(list(cfg.set)))
+        names = list(dict.fromkeys(r.name for r in runs))
+        if cfg.reference is not None and cfg.reference not in names:
+            raise ValueError(f"--reference {cfg.reference!r} is none of the sweep's configs: {', '.join(names)}")
+    except (ValueError, FileNotFoundError) as err:
+        parser.error(str(err))
+    if not cfg.summarize_only:
+        execute(runs)
+    try:
+        result = summarize(runs, cfg.out, cfg.reference)
+    except ValueError as err:
+        parser.error(str(err))
+    print(result["table"])
+    print(f"table: {Path(cfg.out) / 'table.md'}; figure: {Path(cfg.out) / 'curves.png'}")
+    return 0
 
 # Fields that change where and how a run is written, not what it computes.
 RUN_ONLY = ("out_dir", "save_every", "progress")

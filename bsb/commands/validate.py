@@ -1,4 +1,4 @@
-"""``bsb validate``: pre-RL validation of fork selectors against Monte-Carlo value curves (seed 000 §4, App. D).
+"""``bsb validate``: pre-RL validation of fork selectors against Monte-Carlo value curves ([Fork] §4, App. D).
 
 Per problem: sample one chain (temperature 0.7 by default); cut it at every newline boundary and keep at most
 m (128) evenly spaced; estimate V*(t_j) at each with N_MC (16) completions (resumable, see
@@ -13,8 +13,8 @@ Fork contrast (App. D): the first two completions at each boundary are two sibli
 gives how often they reach the same final answer, and the disagreement rate by Probe-JS tercile (pooled over
 all boundaries with a JS score).
 
-Selectors that rank boundaries: every engine selector except the token-window ones (min_margin, first_gap,
-which pick token positions, see ``bsb evaluate``). A selector that cannot score a chain (no committed answer
+Selectors that rank boundaries: every engine selector whose ``ranks_boundaries`` trait is set (the token-window ones,
+min_margin and first_gap, pick token positions: see ``bsb evaluate``). A selector that cannot score a chain (no committed answer
 for Lens-Shift) ranks it by closeness to the midpoint, counted in the report.
 
 Outputs in ``out_dir``: ``chains.jsonl`` (the sampled chains), ``completions.jsonl`` (every finished
@@ -25,6 +25,7 @@ re-score new selectors without re-sampling), ``table.md``, ``bars.png`` (Figure 
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from dataclasses import dataclass
@@ -32,47 +33,52 @@ from pathlib import Path
 
 import numpy as np
 
-from bsb.engine.boundaries import CandidatePool, candidate_pool, newline_token_mask
+from bsb.commands.flags import add_flags, from_args
+from bsb.engine.boundaries import CandidatePool, candidate_pool
 from bsb.engine.bsv import task_direction
-from bsb.engine.selectors import SELECTORS, CannotScore, ChainInput, SelectorConfig, make_selector
+from bsb.engine.selectors import SELECTORS, CannotScore, ChainInput, make_selector
 from bsb.engine.vllm_backend import rollout_backend
-from bsb.eval.offline import OfflineConfig, gold_label, jsonable, judge_client
 from bsb.eval.reconstruction import is_flat, oracle_floor, reconstruction_error, top_b
+from bsb.eval.session import OfflineConfig, gold_label, jsonable, judge_client, open_session
 from bsb.eval.value_curve import CompletionStore, answer_belief, mc_values
-from bsb.tasks.prompting import render_prompt
-from bsb.tasks.registry import offline_task
+from bsb.fields import help_field as _f
 
-TOKEN_WINDOW = ("min_margin", "first_gap")
-DEFAULT_SELECTORS = ("probe_js", "lens_shift", "entropy", "midpoint", "uniform", "random", "newline")
+HELP = "pre-RL validation: selectors' top-B boundaries against Monte-Carlo V* curves"
+# every trainable selector that ranks boundaries and needs nothing beyond the probe options (bsv and llm_judge join
+# when a direction or a judge is given)
+DEFAULT_SELECTORS = tuple(n for n, c in SELECTORS.items() if c.trainable and c.ranks_boundaries and not c.needs_config)
 
 
 @dataclass
 class ValidateConfig(OfflineConfig):
-    task_options: dict | None = None  # the task's options; None: arith problems of 2-4 operations, no options otherwise
-    n_problems: int = 24
-    selectors: tuple[str, ...] = DEFAULT_SELECTORS
-    bsv_path: str | None = None  # a fitted BSV direction adds the bsv selector
-    task_bsv: bool = True  # a task that drafts BSV continuations (walk) adds bsv, its direction fitted once and cached with the model
-    read_len: int | None = None  # L, Probe-JS read positions; None: the task's (L > 1 reads past an uninformative first token)
-    temperature: float = 0.7  # chain and completion sampling temperature
-    max_response: int = 160
-    m: int = 128  # candidate boundaries per chain
-    n_mc: int = 16  # completions per boundary
-    b: int = 10  # kept boundaries per selector
-    seed: int = 0
-    out_dir: str = "runs/validate"
-    backend: str = "auto"  # completions through vLLM when installed (auto), or hf
-    case_plots: int = 3
-    batch_size: int = 64
-    progress: bool = True
+    n_problems: int = _f(24, "problems (one sampled chain each)")
+    selectors: tuple[str, ...] = _f(DEFAULT_SELECTORS, "selectors to rank (default: every boundary selector)")
+    bsv_path: str | None = _f(None, "a fitted BSV direction file (adds the bsv selector)", flag="--bsv")
+    task_bsv: bool = _f(True, "a task that drafts BSV continuations (walk) adds bsv, its direction fitted once and cached "
+                              "with the model")
+    read_len: int | None = _f(None, "Probe-JS read positions L (default: the task's; 1 for math; L > 1 reads past an "
+                                    "uninformative first token)")
+    temperature: float = _f(0.7, "chain and completion sampling temperature")
+    max_response: int = _f(160, "response token cap")
+    m: int = _f(128, "candidate boundaries per chain")
+    n_mc: int = _f(16, "completions per boundary")
+    b: int | None = _f(None, "boundaries each selector keeps (default 10 as in the paper; 3 on the embedded default)")
+    seed: int = _f(0, "seed of the problems, chains and completions")
+    out_dir: str = _f("runs/validate", "output directory (rerun with the same one to resume)", flag="--out")
+    backend: str = _f("auto", "completions through vLLM (auto: when installed) or the HF model", choices=("auto", "hf", "vllm"))
+    case_plots: int = _f(3, "Figure-1 style case plots of the chains whose V* moves most")
+    batch_size: int = _f(64, "completions per generation call")
+    progress: bool = _f(True, "progress bars", cli=False)
 
     def __post_init__(self):
         super().__post_init__()
-        self.selectors = tuple(self.selectors)
+        if self.b is None:
+            self.b = 3 if self.model == "embedded" else 10
+        self.selectors = tuple(self.selectors) or DEFAULT_SELECTORS
         bad = [s for s in self.selectors if s not in SELECTORS]
         if bad:
             raise ValueError(f"unknown selector(s) {bad}; choose from {', '.join(SELECTORS)}")
-        window = [s for s in self.selectors if s in TOKEN_WINDOW]
+        window = [s for s in self.selectors if not SELECTORS.get(s).ranks_boundaries]
         if window:
             raise ValueError(f"{window} pick token positions, not boundaries; they are evaluated by bsb evaluate")
         if "bsv" in self.selectors and not self.bsv_path:
@@ -87,13 +93,29 @@ class ValidateConfig(OfflineConfig):
             raise ValueError("m, n_mc, b and n_problems must be >= 1")
         if self.backend not in ("auto", "hf", "vllm"):
             raise ValueError(f"backend must be auto, hf or vllm, got {self.backend!r}")
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
 
 
-def _scores(name: str, sel, chain: ChainInput, pool: CandidatePool, reads, index: int, seed: int) -> tuple[list[float], bool]:
+def add_parser(sub) -> argparse.ArgumentParser:
+    parser = sub.add_parser("validate", help=HELP, description=HELP)
+    add_flags(parser, ValidateConfig)
+    return parser
+
+
+def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    result = run_validate(from_args(ValidateConfig, args, parser))
+    if not result["ranking"]:
+        print("every V* curve was flat: no selector can be scored (more problems, or a model that solves some of them)")
+        return 0
+    first = result["ranking"][0]
+    print(f"ranks first: {first} (mean E {result['mean_error'][first]:.3f}; oracle floor {result['floor']:.3f})")
+    return 0
+
+
+def _scores(sel, chain: ChainInput, pool: CandidatePool, reads, index: int, seed: int) -> tuple[list[float], bool]:
     """Per-boundary scores and whether the selector fell back to the midpoint ranking."""
     mid = [-abs(t - pool.chain_len / 2) for t in pool.positions]
-    if name == "midpoint":
-        return mid, False
     try:
         scores, _ = sel.score(chain, pool, reads, index, seed)
     except CannotScore:
@@ -109,35 +131,28 @@ def flip_mass(v: list[float], kept: list[int]) -> float:
 
 
 def run_validate(cfg: ValidateConfig, console=None) -> dict:
-    import transformers
     from rich.console import Console
     from rich.table import Table
     from tqdm import tqdm
 
-    from bsb.embedded.model import resolve_model
-    from bsb.engine.hf_backend import HFBackend
-    from bsb.engine.hf_model import load_for_inference
+    from bsb.engine.probe import ProbeConfig
     from bsb.eval.figures import bar_chart, case_plot
 
     console = console or Console()
-    name = cfg.task or ("math" if cfg.problems else "walk")
-    task = offline_task(name, cfg.task_options if cfg.task_options is not None else ({"ops": [2, 3, 4]} if name == "arith" else {}), cfg.problems)
+    # explicit arith without options: problems of 2-4 operations (the arithmetic model's range)
+    options = cfg.task_options if cfg.task_options is not None else ({"ops": [2, 3, 4]} if cfg.task == "arith" else None)
+    session = open_session(cfg, cfg.n_problems, cfg.seed, task_options=options)
+    task, tok, model, hf, newline, eos = session.task, session.tok, session.model, session.hf, session.newline, session.eos
+    problems, prompts, path = session.problems, session.prompts, session.path
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = resolve_model(cfg.model, task)
-    tok = transformers.AutoTokenizer.from_pretrained(path)
-    model = load_for_inference(path, cfg.device, cfg.dtype)
-    hf = HFBackend(model, tok)
     bsv_path = cfg.bsv_path
     if bsv_path is None and cfg.task_bsv:
         fitted = task_direction(path, task, model, tok)
         bsv_path = str(fitted) if fitted else None
     selector_names = cfg.selectors + (("bsv",) if bsv_path and "bsv" not in cfg.selectors else ())
-    gen = rollout_backend(cfg.backend, path, hf, 1024 + cfg.max_response, cfg.seed, dtype=model.dtype)  # completions through vLLM when installed
-    eos = tok.eos_token_id
-    newline = newline_token_mask(tok, hf.vocab_size)
-    problems = task.sample(cfg.n_problems, cfg.seed)
-    prompts = [tok.encode(render_prompt(task, p, tok, cfg.prompt_format), add_special_tokens=False) for p in problems]
+    # completions through vLLM when installed
+    gen = rollout_backend(cfg.backend, path, hf, 1024 + cfg.max_response, cfg.seed, dtype=model.dtype)
 
     # --- chains: sampled once, reused on resume
     chains_path = out / "chains.jsonl"
@@ -152,14 +167,10 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
                 f.write(json.dumps({"id": problems[i].id, "prompt": problems[i].prompt, "gold": problems[i].answer, "response": list(r)},
                                    default=jsonable) + "\n")
 
-    def answer_ids(text):
-        ans = task.answer_span(text)
-        return tok.encode(ans, add_special_tokens=False) if ans else None
-
     store = CompletionStore(out / "completions.jsonl")
     judge = judge_client(cfg)
-    scfg = SelectorConfig(suffix=tok.encode(task.probe_suffix, add_special_tokens=False), seed=cfg.seed, bsv_path=bsv_path,
-                          read_len=cfg.read_len or task.read_len, judge=judge, decode=lambda ids: tok.decode(ids, skip_special_tokens=True))
+    scfg = session.selector_config(ProbeConfig(read_len=cfg.read_len), seed=cfg.seed, bsv_path=bsv_path, judge=judge,
+                                   decode=session.decode)
     selectors = {n: make_selector(n, scfg, hf) for n in selector_names}  # every selector reads through the HF model
     todo = []
     for i, p in enumerate(problems):
@@ -175,20 +186,20 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         p, resp = problems[i], saved[problems[i].id]
 
         def grade(ids, problem=p):
-            verdict = task.verify(tok.decode(ids, skip_special_tokens=True), problem)
+            verdict = task.verify(session.decode(ids), problem)
             return verdict.correct, verdict.answer
 
         v = mc_values(gen, prompts[i], resp, cuts, cfg.n_mc, grade, cfg.max_response, eos, temperature=cfg.temperature,
                       seed=cfg.seed + 7 * i, batch_size=cfg.batch_size, store=store, chain_id=p.id, progress=bar.update)
-        text = tok.decode(resp, skip_special_tokens=True)
-        chain = ChainInput(prompts[i], resp, answer=answer_ids(text))
+        text = session.decode(resp)
+        chain = ChainInput(prompts[i], resp, answer=session.answer_ids(text))
         pool = CandidatePool(list(cuts), "newline", len(resp))
         row = {"id": p.id, "prompt": p.prompt, "gold": p.answer, "response": resp, "text": text, "cuts": list(cuts), "v_star": v,
                "flat": is_flat(v), "scores": {}, "top_b": {}, "error": {}, "fallback": {}}
         floor, best = oracle_floor(v, min(cfg.b, len(v)))
         row["floor"], row["floor_points"] = floor, best
         for name, sel in selectors.items():
-            s, fb = _scores(name, sel, chain, pool, hf, i, cfg.seed)
+            s, fb = _scores(sel, chain, pool, hf, i, cfg.seed)
             kept = top_b(s, cfg.b)
             row["scores"][name] = [None if math.isnan(x) else x for x in s]
             row["top_b"][name], row["fallback"][name] = kept, fb
@@ -259,8 +270,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     two = [n for n in ("probe_js", "entropy") if n in selectors] or names[:2]
     for r in sorted(live, key=lambda r: -flip_mass(r["v_star"], list(range(len(r["v_star"])))))[: cfg.case_plots]:
         i = next(k for k, p in enumerate(problems) if p.id == r["id"])
-        belief = answer_belief(hf, prompts[i], r["response"], r["cuts"], scfg.suffix,
-                               tok.encode(task.gold_continuation(problems[i]), add_special_tokens=False))
+        belief = answer_belief(hf, prompts[i], r["response"], r["cuts"], scfg.suffix, session.gold_ids(problems[i]))
         forks = {n: r["cuts"][r["top_b"][n][0]] if r["top_b"][n] else None for n in two}
         captured = {n: flip_mass(r["v_star"], r["top_b"][n]) for n in two}
         js = r["scores"].get("probe_js")

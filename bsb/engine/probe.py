@@ -10,16 +10,10 @@ here, once (:meth:`ProbeConfig.probe_problems`). :func:`resolve` turns them, a t
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bsb.engine.selectors import MARGIN_WINDOW, SelectorConfig, probe_value_problems
-
-
-def help_field(default, help: str):
-    """A config field with its help text (``bsb <command> --help`` prints it)."""
-    if isinstance(default, (dict, list)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+from bsb.fields import help_field
 
 
 @dataclass

@@ -261,6 +261,10 @@ def _midpoint(pool: CandidatePool, config: SelectorConfig) -> int:
 class Midpoint(Selector):
     name = "midpoint"
 
+    def score(self, chain, pool, backend, index, seed=0):
+        """Closeness to the chain midpoint (what :meth:`select` forks by)."""
+        return [-abs(t - pool.chain_len / 2) for t in pool.positions], 0
+
     def select(self, chains, newline_mask, backend=None, seed=None) -> Selection:
         out = Selection(self.name)
         for chain in chains:

@@ -16,10 +16,12 @@ from collections.abc import Sequence
 
 import torch
 
+from bsb.engine.selectors import MARGIN_WINDOW
+
 RULES = ("min_margin", "first_gap")
 
 
-def fork_positions(margins: Sequence[float], rule: str, window: tuple[int, int] = (4, 64), threshold: float = 0.5,
+def fork_positions(margins: Sequence[float], rule: str, window: tuple[int, int] = MARGIN_WINDOW, threshold: float = 0.5,
                    separation: int = 2) -> tuple[list[int], int]:
     """Two fork positions and how many slots fell back to the minimum-margin rule (``first_gap`` only)."""
     if rule not in RULES:
@@ -58,7 +60,7 @@ def margins_and_top2(model, prompt: Sequence[int], response: Sequence[int]) -> t
     return (top.values[:, 0] - top.values[:, 1]).tolist(), top.indices[:, 1].tolist()
 
 
-def branch_prefixes(model, prompt: list[int], root: list[int], rule: str, window: tuple[int, int] = (4, 64)) -> tuple[list[list[int]], list[int], int]:
+def branch_prefixes(model, prompt: list[int], root: list[int], rule: str, window: tuple[int, int] = MARGIN_WINDOW) -> tuple[list[list[int]], list[int], int]:
     """The two branch prefixes (the root up to a fork position, then the model's top-2 token there), their
     positions, and the fallback count. A root too short for the window yields none. Continue each prefix
     greedily (batched across questions by the caller) to get the branches."""

@@ -1,34 +1,106 @@
-"""What every offline command (validate, evaluate, demo) is given: the model, the task and its problems, the prompt
-format, the device and dtype, and (validate, demo) an optional LLM judge for the ``llm_judge`` baseline."""
+"""The offline commands' shared session (validate, evaluate, demo): what they are given (:class:`OfflineConfig`: the
+model, the task and its problems, the prompt format, the device and dtype, an optional LLM judge for the
+``llm_judge`` baseline) and what they open from it (:func:`open_session`: task, tokenizer, model, HF backend, newline
+mask and the rendered problems), written once."""
 
 from __future__ import annotations
 
-from collections.abc import Sized
-from dataclasses import dataclass
+from collections.abc import Mapping, Sized
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from bsb.fields import help_field as _f
+from bsb.tasks.prompting import PROMPT_FORMATS
+
+JUDGE = ("judge_url", "judge_model", "judge_endpoint", "judge_key_env", "judge_template", "judge_timeout_s")
 
 
 @dataclass
 class OfflineConfig:
-    model: str = "embedded"  # a local HF checkpoint directory, or "embedded" (the tiny arithmetic model)
-    problems: str | None = None  # a problem file (the math task's held-out set); None: the task's own problems
-    task: str | None = None  # arith | math | package.module:Class (default: math with a problem file, else arith)
-    task_options: dict | None = None  # the task's options
-    prompt_format: str = "plain"  # plain | chat (the tokenizer's chat template)
-    device: str = "auto"  # auto (CUDA when present) | cpu | cuda | cuda:N
-    dtype: str = "auto"  # auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32
-    judge_url: str | None = None  # an OpenAI-compatible base URL, or "local" (judge_model is then a local checkpoint)
-    judge_model: str | None = None  # the judge's model name at that endpoint (or its local path)
-    judge_endpoint: str = "chat"  # chat | completions
-    judge_key_env: str = "BSB_JUDGE_API_KEY"  # the environment variable holding the API key (optional)
-    judge_template: str | None = None  # a prompt template file (default: bsb/engine/judge_prompt.txt)
-    judge_timeout_s: float = 60.0
+    model: str = _f("embedded", "a local Hugging Face model directory (default: the task's embedded tiny model)", positional=True)
+    problems: str | None = _f(None, "a problem file (JSONL / JSON / Parquet / CSV; the math task's held-out set); default: "
+                                    "the task's own problems", positional=True)
+    task: str | None = _f(None, "walk | arith | code | math | package.module:Class (default: math with a problem file, else walk)")
+    task_options: dict | None = _f(None, "task options, e.g. --task-option ops=[2,3] gate_chars=30", flag="--task-option")
+    prompt_format: str = _f("plain", "plain text, or the tokenizer's chat template", choices=PROMPT_FORMATS)
+    device: str = _f("auto", "auto (CUDA when present) | cpu | cuda | cuda:N")
+    dtype: str = _f("auto", "auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32")
+    judge_url: str | None = _f(None, "an OpenAI-compatible endpoint for the llm_judge baseline (or 'local' with a checkpoint "
+                                     "path as --judge-model)")
+    judge_model: str | None = _f(None, "the judge's model name at --judge-url (or its local path)")
+    judge_endpoint: str = _f("chat", "the judge's API", choices=("chat", "completions"))
+    judge_key_env: str = _f("BSB_JUDGE_API_KEY", "environment variable holding the judge's API key (optional)")
+    judge_template: str | None = _f(None, "a judge prompt template file (default: bsb/engine/judge_prompt.txt)")
+    judge_timeout_s: float = _f(60.0, "seconds a judge request may take")
 
     def __post_init__(self):
         if self.judge_url is not None and not self.judge_model:
-            raise ValueError("--judge-url needs --judge-model (the model name at that endpoint, or a local checkpoint with --judge-url local)")
+            raise ValueError("--judge-url needs --judge-model (the model name at that endpoint, or a local checkpoint with "
+                             "--judge-url local)")
         if self.judge_endpoint not in ("chat", "completions"):
             raise ValueError(f"judge endpoint must be chat or completions, got {self.judge_endpoint!r}")
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
+
+
+@dataclass
+class Session:
+    """What an offline command works on, opened once by :func:`open_session`."""
+
+    task: Any
+    path: Path  # the checkpoint directory
+    tok: Any
+    model: Any
+    hf: Any  # the HF backend on the model (white-box reads, generation)
+    newline: Any  # (V,) bool newline-token mask
+    eos: int | None
+    problems: list = field(default_factory=list)
+    prompts: list[list[int]] = field(default_factory=list)  # each problem rendered and encoded
+
+    def decode(self, ids) -> str:
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+    def answer_ids(self, text: str) -> list[int] | None:
+        """The committed answer of a decoded response as token ids (Lens-Shift's teacher-forced answer), or None."""
+        from bsb.engine.probe import answer_ids
+
+        return answer_ids(self.task, self.tok, text)
+
+    def selector_config(self, probe=None, **extra):
+        """The :class:`~bsb.engine.selectors.SelectorConfig` of ``probe`` (a ProbeConfig; default: the paper's
+        options) on this session's task and tokenizer; ``extra``: seed, bsv_path, judge, decode."""
+        from bsb.engine.probe import ProbeConfig, resolve
+
+        return resolve(probe if probe is not None else ProbeConfig(), self.task, self.tok, **extra)
+
+    def gold_ids(self, problem) -> list[int]:
+        """The gold answer as it follows the elicitation suffix, as token ids (the figures' belief in the gold answer)."""
+        return self.tok.encode(self.task.gold_continuation(problem), add_special_tokens=False)
+
+
+def open_session(cfg: OfflineConfig, n_problems: int, seed: int, task_options: Mapping | None = None,
+                 path: str | Path | None = None) -> Session:
+    """The task (``cfg.task`` with ``task_options``, default ``cfg.task_options``), the checkpoint (``path``, else
+    ``cfg.model`` resolved against the task), its tokenizer and model on ``cfg.device`` / ``cfg.dtype``, the HF
+    backend, the newline mask, and ``n_problems`` of the task's sample for ``seed`` rendered in ``cfg.prompt_format``."""
+    import transformers
+
+    from bsb.embedded.model import resolve_model
+    from bsb.engine.boundaries import newline_token_mask
+    from bsb.engine.hf_backend import HFBackend
+    from bsb.engine.hf_model import load_for_inference
+    from bsb.tasks.prompting import render_prompt
+    from bsb.tasks.registry import offline_task
+
+    task = offline_task(cfg.task, cfg.task_options if task_options is None else task_options, cfg.problems)
+    path = Path(path) if path is not None else resolve_model(cfg.model, task)
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = load_for_inference(path, cfg.device, cfg.dtype)
+    hf = HFBackend(model, tok)
+    problems = task.sample(n_problems, seed)
+    prompts = [tok.encode(render_prompt(task, p, tok, cfg.prompt_format), add_special_tokens=False) for p in problems]
+    return Session(task, path, tok, model, hf, newline_token_mask(tok, hf.vocab_size), tok.eos_token_id, problems, prompts)
 
 
 def jsonable(value):
@@ -49,8 +121,6 @@ def judge_client(cfg: OfflineConfig):
     """The judge of ``llm_judge`` the config names (None when it names none)."""
     if cfg.judge_url is None:
         return None
-    if not cfg.judge_model:
-        raise ValueError("--judge-url needs --judge-model (the model name at that endpoint, or a local checkpoint with --judge-url local)")
     if cfg.judge_template is not None and not Path(cfg.judge_template).is_file():
         raise FileNotFoundError(f"judge template {cfg.judge_template!r} is not a file")
     from bsb.engine.judge import LocalJudge, OpenAIJudge

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from bsb.engine.device import check_device_name, check_dtype_name
 from bsb.engine.probe import ProbeConfig
-from bsb.engine.probe import help_field as _f
 from bsb.engine.selectors import SELECTORS
+from bsb.fields import help_field as _f
 from bsb.registry import import_plugins
 from bsb.tasks.prompting import PROMPT_FORMATS
 from bsb.train.advantages import ADVANTAGES

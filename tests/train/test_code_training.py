@@ -7,7 +7,7 @@ import json
 import pytest
 from scripted_server import JudgeScript, judge_server, n_steps
 
-from bsb.eval.validate import ValidateConfig, run_validate
+from bsb.commands.validate import ValidateConfig, run_validate
 from bsb.train.config import TrainConfig
 from bsb.train.trainer import Trainer
 

@@ -125,7 +125,8 @@ def check_config(cfg: Mapping, build_task: bool = True) -> BsbSettings:
         raise VerlConfigError(f"bsb: {err}") from err
     problems = settings.problems()
     rollout = "actor_rollout_ref.rollout"
-    if settings.selector == "probe_js" and settings.top_k > server_max_logprobs(cfg):
+    reads_topk = settings.selector in SELECTORS and "belief_topk" in SELECTORS.get(settings.selector).requires
+    if reads_topk and settings.top_k > server_max_logprobs(cfg):
         problems.append(f"bsb.top_k={settings.top_k} exceeds the servers' logprob limit {server_max_logprobs(cfg)}: lower it or "
                         f"raise {rollout}.engine_kwargs.vllm.max_logprobs")
     response = _get(cfg, f"{rollout}.response_length")
