@@ -62,6 +62,7 @@ bench: install
 
 lint: install
 	$(BIN)/ruff check bsb tests bench
+	$(BIN)/ruff format --check bsb
 
 clean:
 	rm -rf build bsb/_C*.so *.egg-info $(EXT_STAMP) $(VERL_STAMP)

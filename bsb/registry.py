@@ -57,13 +57,12 @@ class Registry(Generic[T]):
         if name in self._items:
             return self._items[name]
         if ":" not in name:
-            raise ValueError(f"unknown {self.kind} {name!r}; choose one of {', '.join(self._items)}, or package.module:Name "
-                             f"for your own")
+            raise ValueError(
+                f"unknown {self.kind} {name!r}; choose one of {', '.join(self._items)}, or package.module:Name "
+                f"for your own"
+            )
         module_name, _, attr = name.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as err:
-            raise ValueError(f"{self.kind} {name!r}: module {module_name!r} does not import ({err})") from None
+        module = _import(module_name, f"{self.kind} {name!r}: module {module_name!r}")
         obj = getattr(module, attr, None)
         if obj is None:
             raise ValueError(f"{self.kind} {name!r}: {module_name} has no {self.noun} {attr!r}")
@@ -95,7 +94,17 @@ def import_plugins(modules) -> None:
     for module in modules or ():
         if not isinstance(module, str) or not module:
             raise ValueError(f"plugins must be importable module names, got {module!r}")
-        try:
-            importlib.import_module(module)
-        except ImportError as err:
-            raise ValueError(f"plugin module {module!r} does not import ({err})") from None
+        _import(module, f"plugin module {module!r}")
+
+
+def _import(module: str, what: str):
+    """``module`` imported; one ValueError naming ``what`` for a relative or empty name, a module that does not import,
+    or one that fails while it runs (its own error chained)."""
+    if not module or module.startswith("."):
+        raise ValueError(f"{what}: name an absolute module (package.module)")
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise ValueError(f"{what} does not import ({err})") from None
+    except Exception as err:  # the user's module failed while running: its traceback stays chained
+        raise ValueError(f"{what} failed to import ({type(err).__name__}: {err})") from err

@@ -1,6 +1,6 @@
 // bsb._C: CPU kernels for the Probe-JS belief read (Eq. 1-2 of the belief-shift branching paper).
 //
-// Tensors cross the boundary as raw addresses plus shapes (the caller, bsb/kernels/cpp.py, guarantees
+// Tensors cross the boundary as raw addresses plus shapes (the caller, bsb/kernels/cpu_probe.py, guarantees
 // contiguous memory of the stated dtype and sizes), so this module never links against libtorch.
 //
 // The SIMD row loops live in row_simd.h, instantiated for AVX2 and AVX-512 (chosen at load time).

@@ -18,7 +18,9 @@ class DataConfig:
     file: str = _f(None, "a JSONL / JSON / Parquet / CSV problem file", positional=True, nargs=None)
     format: str | None = _f(None, "name the schema (default: recognised from the columns)", choices=tuple(SCHEMAS))
     rows: int = _f(3, "rows to show")
-    model: str | None = _f(None, "a local model directory whose tokenizer renders the prompts (needed for --prompt-format chat)")
+    model: str | None = _f(
+        None, "a local model directory whose tokenizer renders the prompts (needed for --prompt-format chat)"
+    )
     prompt_format: str = _f("plain", "plain text, or the tokenizer's chat template", choices=PROMPT_FORMATS)
     choice_seed: int = _f(0, "the seed of multiple-choice option orders")
 

@@ -39,8 +39,11 @@ class EvaluateConfig(OfflineConfig):
     max_response: int = _f(160, "response token cap")
     min_len: int = _f(15, "MDL eligibility: min_len <= L < max_response")
     window: tuple[int, int] = _f(MARGIN_WINDOW, "branching window (zero-based response positions)", cli=False)
-    budget: str = _f("exact", "branch continuations' cap: exact (max_response each), or [TwoStage]'s batched per-row eff_cap",
-                     choices=BUDGETS)
+    budget: str = _f(
+        "exact",
+        "branch continuations' cap: exact (max_response each), or [TwoStage]'s batched per-row eff_cap",
+        choices=BUDGETS,
+    )
     seed: int = _f(0, "seed of the problems and the sampled draws")
     resamples: int = _f(4000, "bootstrap resamples")
     out_dir: str = _f("runs/evaluate", "output directory", flag="--out")
@@ -91,18 +94,35 @@ def run_evaluate(cfg: EvaluateConfig, console=None) -> dict:
     bar = tqdm(total=4, desc="evaluating (roots, draws, branch points, branches)", disable=not cfg.progress)
     roots = backend.generate(prompts, cfg.max_response, temperature=0.0, eos_token_id=eos)
     bar.update()
-    draws = backend.generate([p for p in prompts for _ in range(cfg.k)], cfg.max_response, temperature=cfg.temperature,
-                             top_p=cfg.top_p, seed=cfg.seed, eos_token_id=eos)
+    draws = backend.generate(
+        [p for p in prompts for _ in range(cfg.k)],
+        cfg.max_response,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        seed=cfg.seed,
+        eos_token_id=eos,
+    )
     bar.update()
     plans = {b: [branch_prefixes(model, p, r, b, cfg.window) for p, r in zip(prompts, roots)] for b in BRANCH_RULES}
     bar.update()
     reqs = [(b, qi, pre) for b in BRANCH_RULES for qi, (pres, _, _) in enumerate(plans[b]) for pre in pres]
-    conts = backend.generate([prompts[qi] + pre for _, qi, pre in reqs], cfg.max_response, temperature=0.0, eos_token_id=eos) if reqs else []
+    conts = (
+        backend.generate(
+            [prompts[qi] + pre for _, qi, pre in reqs], cfg.max_response, temperature=0.0, eos_token_id=eos
+        )
+        if reqs
+        else []
+    )
     bar.update()
     bar.close()
     branches = {(b, qi): [] for b in BRANCH_RULES for qi in range(len(problems))}
-    caps = eff_caps([len(prompts[qi]) + len(pre) for _, qi, pre in reqs], [len(pre) for _, _, pre in reqs], cfg.max_response) \
-        if cfg.budget == "eff_cap" else [cfg.max_response] * len(reqs)
+    caps = (
+        eff_caps(
+            [len(prompts[qi]) + len(pre) for _, qi, pre in reqs], [len(pre) for _, _, pre in reqs], cfg.max_response
+        )
+        if cfg.budget == "eff_cap"
+        else [cfg.max_response] * len(reqs)
+    )
     for (b, qi, pre), c, cap in zip(reqs, conts, caps):
         branches[(b, qi)].append(pre + c[: cap - len(pre)])
     rows = []
@@ -139,7 +159,9 @@ def run_evaluate(cfg: EvaluateConfig, console=None) -> dict:
         table.add_row(m, f"{s.mean():.3f}", str(iv) if iv else "")
         md.append(f"| {m} | {s.mean():.3f} | {iv if iv else ''} |")
     console.print(table)
-    console.print(f"first_gap slots that fell back to the minimum margin: {fallbacks['first_gap']} of {2 * len(problems)}")
+    console.print(
+        f"first_gap slots that fell back to the minimum margin: {fallbacks['first_gap']} of {2 * len(problems)}"
+    )
     (out / "table.md").write_text("\n".join(md) + "\n")
     console.print(f"items: {out / 'items.jsonl'}; table: {out / 'table.md'}")
     return {"summary": summary, "fallbacks": fallbacks}

@@ -33,8 +33,9 @@ HELP = "several configs x seeds, each in its own process and folder (resumable);
 
 @dataclass
 class SweepConfig:
-    configs: tuple[str, ...] = _f((), "YAML configs (bsb train --config files); each run is named after its file",
-                                  positional=True, nargs="+")
+    configs: tuple[str, ...] = _f(
+        (), "YAML configs (bsb train --config files); each run is named after its file", positional=True, nargs="+"
+    )
     seeds: tuple[int, ...] = _f((0, 1, 2), "seeds of every config", nargs="+")
     out: str = _f("runs/sweep", "one folder per run inside, plus table.md and curves.png")
     reference: str | None = _f(None, "the config the others are compared with (default: the first)")
@@ -69,10 +70,19 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     print(f"table: {Path(cfg.out) / 'table.md'}; figure: {Path(cfg.out) / 'curves.png'}")
     return 0
 
+
 # Fields that change where and how a run is written, not what it computes.
 RUN_ONLY = ("out_dir", "save_every", "progress")
 # What decides the evaluation: runs of one sweep must agree on these (and on the held-out problems themselves).
-EVAL_FIELDS = ("val_problems", "val_temperature", "val_top_p", "val_samples", "max_response_len", "prompt_format", "prompt_template")
+EVAL_FIELDS = (
+    "val_problems",
+    "val_temperature",
+    "val_top_p",
+    "val_samples",
+    "max_response_len",
+    "prompt_format",
+    "prompt_template",
+)
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 
 
@@ -132,19 +142,29 @@ def plan(configs: list[str | Path], seeds: list[int], out: str | Path, overrides
     first = next(iter(evals))
     for name, e in evals.items():
         if e[0] != evals[first][0] or e[1] != evals[first][1]:
-            raise ValueError(f"the sweep's runs disagree on the evaluation set: {names[name]} holds out other problems than "
-                             f"{names[first]} (task, task_options or val_problems)")
+            raise ValueError(
+                f"the sweep's runs disagree on the evaluation set: {names[name]} holds out other problems than "
+                f"{names[first]} (task, task_options or val_problems)"
+            )
         bad = [f for f, a, b in zip(EVAL_FIELDS, e[2], evals[first][2]) if a != b]
         if bad:
-            raise ValueError(f"the sweep's runs disagree on the evaluation: {names[name]} and {names[first]} differ in {', '.join(bad)}")
-    runs.sort(key=lambda r: seeds.index(r.seed))  # seed by seed (stable: configs in order): a sweep cut short is balanced
+            raise ValueError(
+                f"the sweep's runs disagree on the evaluation: {names[name]} and {names[first]} "
+                f"differ in {', '.join(bad)}"
+            )
+    runs.sort(
+        key=lambda r: seeds.index(r.seed)
+    )  # seed by seed (stable: configs in order): a sweep cut short is balanced
     for r in runs:
         saved = r.dir / "config.yaml"
         if saved.exists():
             old = _cfg(yaml.safe_load(saved.read_text()) or {}).to_dict()
             diff = [k for k in r.config if k not in RUN_ONLY and old.get(k) != r.config[k]]
             if diff:
-                raise ValueError(f"{r.dir} already holds a run of another config (differs in {', '.join(diff)}); choose another --out")
+                raise ValueError(
+                    f"{r.dir} already holds a run of another config (differs in {', '.join(diff)}); "
+                    "choose another --out"
+                )
     return runs
 
 
@@ -203,15 +223,33 @@ def summarize(runs: list[Run], out: str | Path, reference: str | None = None, re
         acc = np.array([[x["val_accuracy"] for x in v] for v in vals])  # (seeds, checkpoints)
         mean = acc.mean(0)
         best = int(np.argmax(mean))  # the first maximum: ties go to the earlier step
-        correct = np.array([[np.asarray(x["val_correct"]) / x["val_samples"] for x in v] for v in vals])  # (seeds, ckpt, questions)
-        result[name] = {"steps": steps, "mean": mean.tolist(), "best_step": steps[best], "best": float(mean[best]),
-                        "best_hw": half_width(acc[:, best]), "final": float(mean[-1]), "final_hw": half_width(acc[:, -1]),
-                        "correct": correct, "best_index": best}
-        raw[name], smooth[name], best_at[name] = (steps, mean.tolist()), (steps, moving_average(mean.tolist())), (steps[best], float(mean[best]))
+        correct = np.array(
+            [[np.asarray(x["val_correct"]) / x["val_samples"] for x in v] for v in vals]
+        )  # (seeds, ckpt, questions)
+        result[name] = {
+            "steps": steps,
+            "mean": mean.tolist(),
+            "best_step": steps[best],
+            "best": float(mean[best]),
+            "best_hw": half_width(acc[:, best]),
+            "final": float(mean[-1]),
+            "final_hw": half_width(acc[:, -1]),
+            "correct": correct,
+            "best_index": best,
+        }
+        raw[name], smooth[name], best_at[name] = (
+            (steps, mean.tolist()),
+            (steps, moving_average(mean.tolist())),
+            (steps[best], float(mean[best])),
+        )
     ref = result[reference]
-    lines = [f"# Sweep: {len(names)} configs × seeds {seeds}; reference {reference}", "",
-             f"| config | start | best-aggregate (step) | final | final − {reference} [95% CI, two-level] | best − {reference} best [95% CI] |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# Sweep: {len(names)} configs × seeds {seeds}; reference {reference}",
+        "",
+        f"| config | start | best-aggregate (step) | final | final − {reference} [95% CI, two-level] "
+        f"| best − {reference} best [95% CI] |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for name in names:
         r = result[name]
         if name == reference:
@@ -220,15 +258,28 @@ def summarize(runs: list[Run], out: str | Path, reference: str | None = None, re
             d_final = str(two_level(r["correct"][:, -1], ref["correct"][:, -1], resamples))
             d_best = str(two_level(r["correct"][:, r["best_index"]], ref["correct"][:, ref["best_index"]], resamples))
         r["diff_final"], r["diff_best"] = d_final, d_best
-        lines.append(f"| {name} | {r['mean'][0]:.3f} | {r['best']:.3f} ± {r['best_hw']:.3f} ({r['best_step']}) | "
-                     f"{r['final']:.3f} ± {r['final_hw']:.3f} | {d_final} | {d_best} |")
-    lines += ["", "Accuracy on the held-out set at the validation decoding, mean over seeds ± 95% t-interval. Best-aggregate: "
-              "the single validation step with the best seed-mean accuracy (ties: the earlier step); differences use the "
-              "two-level (seed × question) paired bootstrap."]
+        lines.append(
+            f"| {name} | {r['mean'][0]:.3f} | {r['best']:.3f} ± {r['best_hw']:.3f} ({r['best_step']}) | "
+            f"{r['final']:.3f} ± {r['final_hw']:.3f} | {d_final} | {d_best} |"
+        )
+    lines += [
+        "",
+        "Accuracy on the held-out set at the validation decoding, mean over seeds ± 95% t-interval. Best-aggregate: "
+        "the single validation step with the best seed-mean accuracy (ties: the earlier step); differences use the "
+        "two-level (seed × question) paired bootstrap.",
+    ]
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text("\n".join(lines) + "\n")
-    sweep_curves(out / "curves.png", raw, smooth, best_at, xlabel="training step", ylabel="held-out accuracy",
-                 title=f"{len(names)} configs, {len(seeds)} seeds: raw (faint), 3-point moving average (solid), ★ best-aggregate")
+    sweep_curves(
+        out / "curves.png",
+        raw,
+        smooth,
+        best_at,
+        xlabel="training step",
+        ylabel="held-out accuracy",
+        title=f"{len(names)} configs, {len(seeds)} seeds: raw (faint), 3-point moving average (solid), "
+        "★ best-aggregate",
+    )
     for r in result.values():
         r.pop("correct")
     return {"table": "\n".join(lines), "configs": result}

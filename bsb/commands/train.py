@@ -11,12 +11,22 @@ HELP = "tree RLVR training (vLLM rollouts when installed)"
 def add_parser(sub) -> argparse.ArgumentParser:
     from bsb.train.config import TrainConfig
 
-    parser = sub.add_parser("train", help=HELP, description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
-                            epilog="config fields (set in YAML with --config, or with --set FIELD=VALUE; task_options.NAME=VALUE "
-                                   "sets one task option):\n" + TrainConfig.help_text())
+    parser = sub.add_parser(
+        "train",
+        help=HELP,
+        description=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="config fields (set in YAML with --config, or with --set FIELD=VALUE; task_options.NAME=VALUE "
+        "sets one task option):\n" + TrainConfig.help_text(),
+    )
     parser.add_argument("--config", help="YAML file of TrainConfig fields (see bsb/train/config.py)")
-    parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
-                        help="override config fields, e.g. --set selector=entropy steps=20")
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override config fields, e.g. --set selector=entropy steps=20",
+    )
     parser.add_argument("--no-resume", action="store_true", help="start over even if out_dir holds a checkpoint")
     return parser
 

@@ -14,8 +14,8 @@ gives how often they reach the same final answer, and the disagreement rate by P
 all boundaries with a JS score).
 
 Selectors that rank boundaries: every engine selector whose ``ranks_boundaries`` trait is set (the token-window ones,
-min_margin and first_gap, pick token positions: see ``bsb evaluate``). A selector that cannot score a chain (no committed answer
-for Lens-Shift) ranks it by closeness to the midpoint, counted in the report.
+min_margin and first_gap, pick token positions: see ``bsb evaluate``). A selector that cannot score a chain (no
+committed answer for Lens-Shift) ranks it by closeness to the midpoint, counted in the report.
 
 Outputs in ``out_dir``: ``chains.jsonl`` (the sampled chains), ``completions.jsonl`` (every finished
 completion), ``curves.jsonl`` (per problem: cuts, V*, every selector's scores, top-B and error: enough to
@@ -54,10 +54,14 @@ class ValidateConfig(OfflineConfig):
     n_problems: int = _f(24, "problems (one sampled chain each)")
     selectors: tuple[str, ...] = _f(DEFAULT_SELECTORS, "selectors to rank (default: every boundary selector)")
     bsv_path: str | None = _f(None, "a fitted BSV direction file (adds the bsv selector)", flag="--bsv")
-    task_bsv: bool = _f(True, "a task that drafts BSV continuations (walk) adds bsv, its direction fitted once and cached "
-                              "with the model")
-    read_len: int | None = _f(None, "Probe-JS read positions L (default: the task's; 1 for math; L > 1 reads past an "
-                                    "uninformative first token)")
+    task_bsv: bool = _f(
+        True,
+        "a task that drafts BSV continuations (walk) adds bsv, its direction fitted once and cached with the model",
+    )
+    read_len: int | None = _f(
+        None,
+        "Probe-JS read positions L (default: the task's; 1 for math; L > 1 reads past an uninformative first token)",
+    )
     temperature: float = _f(0.7, "chain and completion sampling temperature")
     max_response: int = _f(160, "response token cap")
     m: int = _f(128, "candidate boundaries per chain")
@@ -65,7 +69,9 @@ class ValidateConfig(OfflineConfig):
     b: int | None = _f(None, "boundaries each selector keeps (default 10 as in the paper; 3 on the embedded default)")
     seed: int = _f(0, "seed of the problems, chains and completions")
     out_dir: str = _f("runs/validate", "output directory (rerun with the same one to resume)", flag="--out")
-    backend: str = _f("auto", "completions through vLLM (auto: when installed) or the HF model", choices=("auto", "hf", "vllm"))
+    backend: str = _f(
+        "auto", "completions through vLLM (auto: when installed) or the HF model", choices=("auto", "hf", "vllm")
+    )
     case_plots: int = _f(3, "Figure-1 style case plots of the chains whose V* moves most")
     batch_size: int = _f(64, "completions per generation call")
     progress: bool = _f(True, "progress bars", cli=False)
@@ -86,7 +92,9 @@ class ValidateConfig(OfflineConfig):
         if self.bsv_path and "bsv" not in self.selectors:
             self.selectors = self.selectors + ("bsv",)
         if "llm_judge" in self.selectors and not self.judge_url:
-            raise ValueError("the llm_judge selector needs a judge: --judge-url URL --judge-model NAME (or --judge-url local)")
+            raise ValueError(
+                "the llm_judge selector needs a judge: --judge-url URL --judge-model NAME (or --judge-url local)"
+            )
         if self.judge_url and "llm_judge" not in self.selectors:
             self.selectors = self.selectors + ("llm_judge",)
         if min(self.m, self.n_mc, self.b, self.n_problems) < 1:
@@ -140,9 +148,18 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
 
     console = console or Console()
     # explicit arith without options: problems of 2-4 operations (the arithmetic model's range)
-    options = cfg.task_options if cfg.task_options is not None else ({"ops": [2, 3, 4]} if cfg.task == "arith" else None)
+    options = (
+        cfg.task_options if cfg.task_options is not None else ({"ops": [2, 3, 4]} if cfg.task == "arith" else None)
+    )
     session = open_session(cfg, cfg.n_problems, cfg.seed, task_options=options)
-    task, tok, model, hf, newline, eos = session.task, session.tok, session.model, session.hf, session.newline, session.eos
+    task, tok, model, hf, newline, eos = (
+        session.task,
+        session.tok,
+        session.model,
+        session.hf,
+        session.newline,
+        session.eos,
+    )
     problems, prompts, path = session.problems, session.prompts, session.path
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -156,21 +173,41 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
 
     # --- chains: sampled once, reused on resume
     chains_path = out / "chains.jsonl"
-    saved = {r["id"]: r["response"] for r in map(json.loads, chains_path.read_text().splitlines())} if chains_path.exists() else {}
+    saved = (
+        {r["id"]: r["response"] for r in map(json.loads, chains_path.read_text().splitlines())}
+        if chains_path.exists()
+        else {}
+    )
     missing = [i for i, p in enumerate(problems) if p.id not in saved]
     if missing:
-        outs = gen.generate([prompts[i] for i in missing], max_new_tokens=cfg.max_response, temperature=cfg.temperature,
-                            seed=cfg.seed, eos_token_id=eos)
+        outs = gen.generate(
+            [prompts[i] for i in missing],
+            max_new_tokens=cfg.max_response,
+            temperature=cfg.temperature,
+            seed=cfg.seed,
+            eos_token_id=eos,
+        )
         with chains_path.open("a") as f:
             for i, r in zip(missing, outs):
                 saved[problems[i].id] = list(r)
-                f.write(json.dumps({"id": problems[i].id, "prompt": problems[i].prompt, "gold": problems[i].answer, "response": list(r)},
-                                   default=jsonable) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "id": problems[i].id,
+                            "prompt": problems[i].prompt,
+                            "gold": problems[i].answer,
+                            "response": list(r),
+                        },
+                        default=jsonable,
+                    )
+                    + "\n"
+                )
 
     store = CompletionStore(out / "completions.jsonl")
     judge = judge_client(cfg)
-    scfg = session.selector_config(ProbeConfig(read_len=cfg.read_len), seed=cfg.seed, bsv_path=bsv_path, judge=judge,
-                                   decode=session.decode)
+    scfg = session.selector_config(
+        ProbeConfig(read_len=cfg.read_len), seed=cfg.seed, bsv_path=bsv_path, judge=judge, decode=session.decode
+    )
     selectors = {n: make_selector(n, scfg, hf) for n in selector_names}  # every selector reads through the HF model
     todo = []
     for i, p in enumerate(problems):
@@ -179,8 +216,12 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         if pool.kind == "newline":
             todo.append((i, pool.positions))
     total = sum(len(c) for _, c in todo) * cfg.n_mc
-    bar = tqdm(total=total, initial=sum(1 for (c, _, _) in store.done if c in {problems[i].id for i, _ in todo}),
-               desc="V* completions", disable=not cfg.progress)
+    bar = tqdm(
+        total=total,
+        initial=sum(1 for (c, _, _) in store.done if c in {problems[i].id for i, _ in todo}),
+        desc="V* completions",
+        disable=not cfg.progress,
+    )
     curves, skipped = [], len(problems) - len(todo)
     for i, cuts in todo:
         p, resp = problems[i], saved[problems[i].id]
@@ -189,13 +230,39 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
             verdict = task.verify(session.decode(ids), problem)
             return verdict.correct, verdict.answer
 
-        v = mc_values(gen, prompts[i], resp, cuts, cfg.n_mc, grade, cfg.max_response, eos, temperature=cfg.temperature,
-                      seed=cfg.seed + 7 * i, batch_size=cfg.batch_size, store=store, chain_id=p.id, progress=bar.update)
+        v = mc_values(
+            gen,
+            prompts[i],
+            resp,
+            cuts,
+            cfg.n_mc,
+            grade,
+            cfg.max_response,
+            eos,
+            temperature=cfg.temperature,
+            seed=cfg.seed + 7 * i,
+            batch_size=cfg.batch_size,
+            store=store,
+            chain_id=p.id,
+            progress=bar.update,
+        )
         text = session.decode(resp)
         chain = ChainInput(prompts[i], resp, answer=session.answer_ids(text))
         pool = CandidatePool(list(cuts), "newline", len(resp))
-        row = {"id": p.id, "prompt": p.prompt, "gold": p.answer, "response": resp, "text": text, "cuts": list(cuts), "v_star": v,
-               "flat": is_flat(v), "scores": {}, "top_b": {}, "error": {}, "fallback": {}}
+        row = {
+            "id": p.id,
+            "prompt": p.prompt,
+            "gold": p.answer,
+            "response": resp,
+            "text": text,
+            "cuts": list(cuts),
+            "v_star": v,
+            "flat": is_flat(v),
+            "scores": {},
+            "top_b": {},
+            "error": {},
+            "fallback": {},
+        }
         floor, best = oracle_floor(v, min(cfg.b, len(v)))
         row["floor"], row["floor_points"] = floor, best
         for name, sel in selectors.items():
@@ -213,20 +280,32 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     live = [r for r in curves if not r["flat"]]
     whole = sum(len(r["cuts"]) <= cfg.b for r in live)
     if whole:
-        console.print(f"[yellow]B={cfg.b} keeps every boundary of {whole} of {len(live)} non-flat chains: any selector that ranks "
-                      "them all scores E=0 there; a smaller --b separates the selectors[/yellow]")
+        console.print(
+            f"[yellow]B={cfg.b} keeps every boundary of {whole} of {len(live)} non-flat chains: any selector that "
+            "ranks them all scores E=0 there; a smaller --b separates the selectors[/yellow]"
+        )
     names = list(selectors)
     mean_e = {n: float(np.mean([r["error"][n] for r in live])) if live else math.nan for n in names}
-    sem = {n: float(np.std([r["error"][n] for r in live]) / math.sqrt(len(live))) if len(live) > 1 else 0.0 for n in names}
+    sem = {
+        n: float(np.std([r["error"][n] for r in live]) / math.sqrt(len(live))) if len(live) > 1 else 0.0 for n in names
+    }
     floor = float(np.mean([r["floor"] for r in live])) if live else math.nan
     ranked = sorted(names, key=lambda n: mean_e[n]) if live else []
     mark = dict(zip(ranked[:2], ("**", "_")))
     label = f"embedded default ({task.name})" if cfg.model == "embedded" else path.name
-    title = f"{label}: {len(live)} non-flat of {len(curves)} chains ({skipped} without a newline boundary), B={cfg.b}, N_MC={cfg.n_mc}"
+    title = (
+        f"{label}: {len(live)} non-flat of {len(curves)} chains ({skipped} without a newline boundary), "
+        f"B={cfg.b}, N_MC={cfg.n_mc}"
+    )
     table = Table(title=title)
     for col in ("selector", "mean E", "± s.e.", "excess over floor", "fallbacks", "flip mass captured"):
         table.add_column(col, justify="left" if col == "selector" else "right")
-    md = [f"# {title}", "", "| selector | mean E | ± s.e. | excess over floor | fallbacks | flip mass captured |", "|---|---:|---:|---:|---:|---:|"]
+    md = [
+        f"# {title}",
+        "",
+        "| selector | mean E | ± s.e. | excess over floor | fallbacks | flip mass captured |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     total_flip = sum(flip_mass(r["v_star"], list(range(len(r["v_star"])))) for r in live)
     for n in names:
         captured = sum(flip_mass(r["v_star"], r["top_b"][n]) for r in live) / total_flip if total_flip else math.nan
@@ -254,19 +333,41 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     if len(js_pairs) >= 3:
         js_pairs.sort(key=lambda x: x[0])
         k = len(js_pairs) // 3
-        terciles = {"bottom": js_pairs[:k], "middle": js_pairs[k : len(js_pairs) - k], "top": js_pairs[len(js_pairs) - k :]}
-        contrast["disagreement_by_js_tercile"] = {t: 1 - float(np.mean([a for _, a in xs])) for t, xs in terciles.items() if xs}
-    console.print(f"fork contrast: siblings agree on {contrast['sibling_agreement']:.2f} of {contrast['pairs']} boundary forks"
-                  + ("; disagreement by Probe-JS tercile (bottom/middle/top): "
-                     + " / ".join(f"{contrast['disagreement_by_js_tercile'][t]:.2f}" for t in ("bottom", "middle", "top"))
-                     if "disagreement_by_js_tercile" in contrast else ""))
-    md += ["", f"Fork contrast (App. D): sibling agreement {contrast['sibling_agreement']:.3f} over {contrast['pairs']} pairs; "
-           f"disagreement by Probe-JS tercile: {json.dumps(contrast.get('disagreement_by_js_tercile', {}))}"]
+        terciles = {
+            "bottom": js_pairs[:k],
+            "middle": js_pairs[k : len(js_pairs) - k],
+            "top": js_pairs[len(js_pairs) - k :],
+        }
+        contrast["disagreement_by_js_tercile"] = {
+            t: 1 - float(np.mean([a for _, a in xs])) for t, xs in terciles.items() if xs
+        }
+    console.print(
+        f"fork contrast: siblings agree on {contrast['sibling_agreement']:.2f} of {contrast['pairs']} boundary forks"
+        + (
+            "; disagreement by Probe-JS tercile (bottom/middle/top): "
+            + " / ".join(f"{contrast['disagreement_by_js_tercile'][t]:.2f}" for t in ("bottom", "middle", "top"))
+            if "disagreement_by_js_tercile" in contrast
+            else ""
+        )
+    )
+    md += [
+        "",
+        f"Fork contrast (App. D): sibling agreement {contrast['sibling_agreement']:.3f} "
+        f"over {contrast['pairs']} pairs; "
+        f"disagreement by Probe-JS tercile: {json.dumps(contrast.get('disagreement_by_js_tercile', {}))}",
+    ]
     (out / "table.md").write_text("\n".join(md) + "\n")
 
     # --- figures
     if live:
-        bar_chart(out / "bars.png", mean_e, sem, ylabel="mean reconstruction error E (lower is better)", title=title, floor=floor)
+        bar_chart(
+            out / "bars.png",
+            mean_e,
+            sem,
+            ylabel="mean reconstruction error E (lower is better)",
+            title=title,
+            floor=floor,
+        )
     two = [n for n in ("probe_js", "entropy") if n in selectors] or names[:2]
     for r in sorted(live, key=lambda r: -flip_mass(r["v_star"], list(range(len(r["v_star"])))))[: cfg.case_plots]:
         i = next(k for k, p in enumerate(problems) if p.id == r["id"])
@@ -274,9 +375,26 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         forks = {n: r["cuts"][r["top_b"][n][0]] if r["top_b"][n] else None for n in two}
         captured = {n: flip_mass(r["v_star"], r["top_b"][n]) for n in two}
         js = r["scores"].get("probe_js")
-        case_plot(out / f"case_{r['id']}.png", r["cuts"], r["v_star"], forks, belief=belief,
-                  js=[0.0 if x is None else x for x in js] if js else None, chain_len=len(r["response"]), captured=captured,
-                  title=f"{r['prompt'].strip()[:80]} (gold {gold_label(problems[i].answer)}); top-1 forks; flip mass of each top-{cfg.b}")
+        case_plot(
+            out / f"case_{r['id']}.png",
+            r["cuts"],
+            r["v_star"],
+            forks,
+            belief=belief,
+            js=[0.0 if x is None else x for x in js] if js else None,
+            chain_len=len(r["response"]),
+            captured=captured,
+            title=f"{r['prompt'].strip()[:80]} (gold {gold_label(problems[i].answer)}); top-1 forks; "
+            f"flip mass of each top-{cfg.b}",
+        )
     console.print(f"wrote {out / 'table.md'}, {out / 'curves.jsonl'}, figures in {out}")
-    return {"mean_error": mean_e, "sem": sem, "floor": floor, "ranking": ranked, "non_flat": len(live), "chains": len(curves),
-            "contrast": contrast, "completions": len(store)}
+    return {
+        "mean_error": mean_e,
+        "sem": sem,
+        "floor": floor,
+        "ranking": ranked,
+        "non_flat": len(live),
+        "chains": len(curves),
+        "contrast": contrast,
+        "completions": len(store),
+    }

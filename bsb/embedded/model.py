@@ -4,7 +4,7 @@ default's map walks; ``arith``, the earlier arithmetic chains; ``code``, the emb
 Qwen3 architecture with head_dim 64, so that vLLM's CPU attention serves it. Training uses the task's tokenizer
 (counts and map entries as single tokens for ``walk``, characters otherwise), the synthetic chains with their detours,
 and a loss on the response tokens only; for ``walk`` also on the final answer stated after ``=>`` at a random line
-boundary (:func:`bsb.tasks.synthetic_walk.probe_example`), so that the probe reads a belief over the final answer. It is
+boundary (:func:`bsb.tasks.synthetic.walk.probe_example`), so that the probe reads a belief over the final answer. It is
 deterministic for a seed and takes a few minutes on a 2-core CPU. The checkpoint is a normal Hugging Face
 directory under ``$BSB_CACHE`` (default ``~/.cache/bsb``), keyed by the training settings, and is reused when
 present.
@@ -43,7 +43,9 @@ class TinyConfig:
     ops: tuple[int, ...] = (1, 2, 2, 3, 3, 4)  # difficulties in the training set (drawn uniformly from this tuple)
     detour_frac: float = 0.3
     max_operand: int = 5  # operands are drawn from [0, max_operand] (9 leaves too many facts to learn in minutes)
-    task: str = "arith"  # the synthetic task it learns: walk (synthetic_walk) | arith (synthetic) | code (synthetic_code)
+    task: str = (
+        "arith"  # the synthetic task it learns: walk (synthetic_walk) | arith (synthetic) | code (synthetic_code)
+    )
     probe_frac: float = 0.5  # walk: chains that also teach the final answer after "=>" at a random boundary
 
     def __post_init__(self):
@@ -54,7 +56,9 @@ class TinyConfig:
         # arith and code keys predate the task and probe_frac fields: they keep their names
         legacy = () if self.task == "walk" else (("task", "arith"), ("probe_frac", 0.5))
         fields = {k: v for k, v in asdict(self).items() if (k, v) not in legacy}
-        return "tiny-qwen3-" + "-".join(f"{k}{v}" for k, v in fields.items()).replace(" ", "").replace(",", "_").replace("(", "").replace(")", "")
+        return "tiny-qwen3-" + "-".join(f"{k}{v}" for k, v in fields.items()).replace(" ", "").replace(
+            ",", "_"
+        ).replace("(", "").replace(")", "")
 
 
 TASKS = ("walk", "arith", "code")
@@ -73,15 +77,19 @@ def embedded_config(task=None) -> TinyConfig:
         return EMBEDDED
     name = hook(task, "embedded_model") or "arith"
     if name not in EMBEDDED_BY_TASK:
-        raise ValueError(f"task {task.name!r}: embedded_model {name!r} is not an embedded default; choose one of "
-                         f"{', '.join(EMBEDDED_BY_TASK)} (or None)")
+        raise ValueError(
+            f"task {task.name!r}: embedded_model {name!r} is not an embedded default; choose one of "
+            f"{', '.join(EMBEDDED_BY_TASK)} (or None)"
+        )
     return EMBEDDED_BY_TASK[name]
 
 
 def quick_config(task=None) -> TinyConfig:
     """A test-size model of the task's embedded default, trained in seconds (``bsb demo --quick``: a pipeline check)."""
     base = embedded_config(task) if task is not None else EMBEDDED_ARITH
-    return TinyConfig(steps=60, batch=8, hidden=64, layers=1, ops=base.ops[:2], task=base.task, max_operand=base.max_operand)
+    return TinyConfig(
+        steps=60, batch=8, hidden=64, layers=1, ops=base.ops[:2], task=base.task, max_operand=base.max_operand
+    )
 
 
 def cache_dir() -> Path:
@@ -96,7 +104,9 @@ def resolve_model(name: str | Path, task=None) -> Path:
         return train_tiny_model(embedded_config(task))
     path = Path(name)
     if not (path / "config.json").exists():
-        raise FileNotFoundError(f"model {str(name)!r}: no Hugging Face checkpoint (config.json) there; pass a local directory or 'embedded'")
+        raise FileNotFoundError(
+            f"model {str(name)!r}: no Hugging Face checkpoint (config.json) there; pass a local directory or 'embedded'"
+        )
     return path
 
 
@@ -104,9 +114,18 @@ def _model(cfg: TinyConfig, vocab: int, tok):
     import transformers
 
     mcfg = transformers.Qwen3Config(
-        vocab_size=vocab, hidden_size=cfg.hidden, intermediate_size=4 * cfg.hidden, num_hidden_layers=cfg.layers,
-        num_attention_heads=cfg.hidden // 64, num_key_value_heads=cfg.hidden // 64, head_dim=64, max_position_embeddings=512,
-        tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
+        vocab_size=vocab,
+        hidden_size=cfg.hidden,
+        intermediate_size=4 * cfg.hidden,
+        num_hidden_layers=cfg.layers,
+        num_attention_heads=cfg.hidden // 64,
+        num_key_value_heads=cfg.hidden // 64,
+        head_dim=64,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
     )
     return transformers.AutoModelForCausalLM.from_config(mcfg)
 
@@ -129,7 +148,8 @@ def train_tiny_model(cfg: TinyConfig = TinyConfig(), out_dir: str | Path | None 
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.98))
     warmup = max(1, cfg.steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / cfg.steps))))
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / cfg.steps)))
+    )
     start, losses = time.perf_counter(), []
     bar = tqdm(range(cfg.steps), desc="training the tiny model", disable=not progress)
     for step in bar:
@@ -151,7 +171,9 @@ def train_tiny_model(cfg: TinyConfig = TinyConfig(), out_dir: str | Path | None 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     model.eval().save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    (tmp / "bsb_train.json").write_text(json.dumps({"config": asdict(cfg), "seconds": seconds, "final_loss": losses[-1]}, indent=1))
+    (tmp / "bsb_train.json").write_text(
+        json.dumps({"config": asdict(cfg), "seconds": seconds, "final_loss": losses[-1]}, indent=1)
+    )
     if out.exists() and not (out / "bsb_train.json").exists():
         shutil.rmtree(out)  # a half-written checkpoint (a run killed while saving, before this code wrote atomically)
     try:
@@ -166,7 +188,10 @@ def _examples(cfg: TinyConfig) -> list[tuple[int, list[tuple[str, str, bool]]]]:
     eos): the loss falls on the target's tokens, and on an EOS after them when ``eos``."""
     n = cfg.steps * cfg.batch
     if cfg.task == "code":
-        return [(r.n_ops, [(r.prompt, text, True)]) for r, text in training_programs(n, cfg.seed, cfg.ops, cfg.detour_frac, cfg.max_operand)]
+        return [
+            (r.n_ops, [(r.prompt, text, True)])
+            for r, text in training_programs(n, cfg.seed, cfg.ops, cfg.detour_frac, cfg.max_operand)
+        ]
     if cfg.task == "walk":
         rng = random.Random(cfg.seed + 1)
         out = []
@@ -202,7 +227,9 @@ def _batch(tok, seqs: list[tuple[str, str, bool]]) -> tuple[torch.Tensor, torch.
 def _loss(logits: torch.Tensor, labels: torch.Tensor, probe: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy over the chains' target tokens, plus the mean over the probe examples' answer
     tokens (a few tokens a batch: averaged with the chains' they would carry almost no weight)."""
-    nll = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), reduction="none").view(labels.shape[0], -1)
+    nll = torch.nn.functional.cross_entropy(
+        logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), reduction="none"
+    ).view(labels.shape[0], -1)
     mask = labels[:, 1:] != -100
     loss = nll[~probe][mask[~probe]].mean()
     if probe.any():
@@ -211,7 +238,9 @@ def _loss(logits: torch.Tensor, labels: torch.Tensor, probe: torch.Tensor) -> to
 
 
 @torch.no_grad()
-def accuracy_by_difficulty(path: str | Path, per_op: int = 50, ops: tuple[int, ...] = (1, 2, 3, 4, 5), seed: int = 12345) -> dict[int, float]:
+def accuracy_by_difficulty(
+    path: str | Path, per_op: int = 50, ops: tuple[int, ...] = (1, 2, 3, 4, 5), seed: int = 12345
+) -> dict[int, float]:
     """Greedy accuracy on fresh problems (a seed disjoint from training) for each number of operations."""
     import transformers
 
@@ -226,8 +255,14 @@ def accuracy_by_difficulty(path: str | Path, per_op: int = 50, ops: tuple[int, .
         enc = [tok.encode(p.prompt, add_special_tokens=False) for p in problems]
         width = max(map(len, enc))
         ids = torch.tensor([[tok.pad_token_id] * (width - len(e)) + e for e in enc])
-        gen = model.generate(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), max_new_tokens=40 * n + 40,
-                             do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        gen = model.generate(
+            input_ids=ids,
+            attention_mask=(ids != tok.pad_token_id).long(),
+            max_new_tokens=40 * n + 40,
+            do_sample=False,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
         texts = tok.batch_decode(gen[:, width:], skip_special_tokens=True)
         out[n] = sum(grader.grade(t, str(p.answer)) for t, p in zip(texts, problems)) / per_op
     return out

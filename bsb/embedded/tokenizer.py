@@ -25,8 +25,14 @@ def _tokenizer(vocab: list[str], split: str):
     tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(vocab)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(split), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>",
-                                   unk_token="<unk>", clean_up_tokenization_spaces=False)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        bos_token="<bos>",
+        unk_token="<unk>",
+        clean_up_tokenization_spaces=False,
+    )
 
 
 def char_tokenizer():
@@ -42,7 +48,9 @@ def walk_tokenizer():
 
     numbers = [str(n) for n in range(10, NUMBER_MAX + 1)]
     entries = [f"{a}>{b}" for a in SYMBOLS for b in SYMBOLS]
-    return _tokenizer(SPECIALS + ALPHABET + numbers + entries, rf"[{SYMBOLS}]>[{SYMBOLS}]|1[0-9][0-9]|[1-9][0-9]|[\s\S]")
+    return _tokenizer(
+        SPECIALS + ALPHABET + numbers + entries, rf"[{SYMBOLS}]>[{SYMBOLS}]|1[0-9][0-9]|[1-9][0-9]|[\s\S]"
+    )
 
 
 def save_char_tokenizer(path: str | Path) -> None:

@@ -58,12 +58,14 @@ class BackendError(ValueError):
 
 
 def capabilities(backend) -> Capabilities:
-    """The declared :class:`Capabilities` of a backend or backend class (an object that declares none is not a backend)."""
+    """The declared :class:`Capabilities` of a backend or backend class (an object that declares none is not a
+    backend)."""
     cls = backend if isinstance(backend, type) else type(backend)
     caps = getattr(cls, "capabilities", None)
     if not isinstance(caps, Capabilities):
-        raise BackendError(f"{cls.__name__} is not a bsb backend: it declares no `capabilities: Capabilities` "
-                           "(see bsb.engine.backend)")
+        raise BackendError(
+            f"{cls.__name__} is not a bsb backend: it declares no `capabilities: Capabilities` (see bsb.engine.backend)"
+        )
     return caps
 
 
@@ -76,8 +78,10 @@ def require(backend, who: str, *any_of: str) -> str:
         if getattr(caps, name):
             return name
     wanted = " or ".join(f"{n} ({CAPABILITY_HELP[n]})" for n in any_of)
-    raise BackendError(f"{who} needs {wanted}, which {type(backend).__name__} does not provide (it declares: "
-                       f"{', '.join(caps.names())}); white-box reads need the HF backend")
+    raise BackendError(
+        f"{who} needs {wanted}, which {type(backend).__name__} does not provide (it declares: "
+        f"{', '.join(caps.names())}); white-box reads need the HF backend"
+    )
 
 
 @dataclass

@@ -40,7 +40,9 @@ class CandidatePool:
 def newline_token_mask(tokenizer, vocab_size: int | None = None) -> torch.Tensor:
     """(V,) bool: whether token id v's decoded text contains a line break. Compute once per tokenizer."""
     v = vocab_size if vocab_size is not None else len(tokenizer)
-    texts = tokenizer.batch_decode([[i] for i in range(v)], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    texts = tokenizer.batch_decode(
+        [[i] for i in range(v)], skip_special_tokens=False, clean_up_tokenization_spaces=False
+    )
     return torch.tensor(["\n" in t for t in texts], dtype=torch.bool)
 
 
@@ -71,12 +73,16 @@ def candidate_pool(
     ids = torch.as_tensor(chain, dtype=torch.long).reshape(-1)
     n_tokens = ids.numel()
     if ids.numel() and (ids.min() < 0 or ids.max() >= newline_mask.numel()):
-        raise ValueError(f"chain holds token ids outside [0, {newline_mask.numel()}); is newline_mask for this tokenizer?")
+        raise ValueError(
+            f"chain holds token ids outside [0, {newline_mask.numel()}); is newline_mask for this tokenizer?"
+        )
     if budget_left is not None and budget_left <= 0:
         return CandidatePool([], "unforkable", n_tokens, reason="no response budget left for a continuation")
     last = min(n_tokens - min_tail, int(range_cap * n_tokens))
     if last < 1:
-        return CandidatePool([], "unforkable", n_tokens, reason=f"chain of {n_tokens} tokens has no cut with {min_tail} tokens after it")
+        return CandidatePool(
+            [], "unforkable", n_tokens, reason=f"chain of {n_tokens} tokens has no cut with {min_tail} tokens after it"
+        )
     after_newline = torch.nonzero(newline_mask[ids]).reshape(-1) + 1  # t just after each newline token
     in_range = after_newline[(after_newline >= 1) & (after_newline <= last)].tolist()
     if not in_range:

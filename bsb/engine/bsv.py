@@ -69,7 +69,7 @@ def fit_bsv(model, examples: Sequence[BSVExample], window_after: int = 16, windo
         with ResidualCapture(layers, torch.cat([before, after]).to(device)) as cap:
             model(ids[None])
         h = cap.stacked().float()  # (layers, |before| + |after|, d)
-        deltas[ex.regime].append(h[:, len(before):].mean(1) - h[:, : len(before)].mean(1))  # (layers, d)
+        deltas[ex.regime].append(h[:, len(before) :].mean(1) - h[:, : len(before)].mean(1))  # (layers, d)
     missing = [g for g in REGIMES if not deltas[g]]
     if missing:
         raise ValueError(f"no examples of regime(s) {missing}: BSV needs surge, steady and drop continuations")
@@ -93,7 +93,9 @@ def bsv_scores(model, prefix: Sequence[int], cuts: Sequence[int], direction: BSV
     return h @ direction.u_minus[direction.layer].float()
 
 
-def task_direction(checkpoint: str | Path, task, model, tokenizer, n_problems: int = 64, window: int = 8) -> Path | None:
+def task_direction(
+    checkpoint: str | Path, task, model, tokenizer, n_problems: int = 64, window: int = 8
+) -> Path | None:
     """The BSV direction of ``task`` on the checkpoint, fitted once on the continuations the task drafts
     (``task.bsv_examples(n)``: (prompt, prefix, continuation, regime) texts) and cached in the checkpoint directory
     beside the weights (written to a temporary file, then renamed: never half-written). None when the task drafts

@@ -74,8 +74,14 @@ def probe_over_step(s: StepShape) -> float:
     return 2 * tp / (2 * rollout_tokens(s) + 6 * s.train_tokens + 2 * tp)
 
 
-def lens_tokens_per_chain(mean_chain_len: float, candidates: int, suffix_len: int, answer_len: int, range_cap: float = 1.0,
-                          mode: str = "packed") -> float:
+def lens_tokens_per_chain(
+    mean_chain_len: float,
+    candidates: int,
+    suffix_len: int,
+    answer_len: int,
+    range_cap: float = 1.0,
+    mode: str = "packed",
+) -> float:
     """Token-forwards of one Lens-Shift read of a chain.
 
     ``mode``: "reforward" (each prefix forwarded again, C·ρ·T̄/2, App. B), "prefix_reuse" (C·(E + n)) or
@@ -101,6 +107,9 @@ def measured_shares(rows: list[dict]) -> dict:
     probe = sum(r["probe_tokens"] for r in steps)
     gen = sum(r["tokens_generated"] for r in steps)
     train = sum(r["tokens_trained"] for r in steps)
-    return {"steps": len(steps), "probe_over_rollout": probe / gen if gen else float("nan"),
-            "probe_over_step": 2 * probe / (2 * gen + 6 * train + 2 * probe) if gen + train + probe else float("nan"),
-            "time_share": sum(r["probe_frac"] for r in steps) / len(steps)}
+    return {
+        "steps": len(steps),
+        "probe_over_rollout": probe / gen if gen else float("nan"),
+        "probe_over_step": 2 * probe / (2 * gen + 6 * train + 2 * probe) if gen + train + probe else float("nan"),
+        "time_share": sum(r["probe_frac"] for r in steps) / len(steps),
+    }

@@ -20,8 +20,15 @@ from pathlib import Path
 import torch
 
 DEVICES = ("auto", "cpu", "cuda")  # and cuda:N
-DTYPES = {"auto": None, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
-          "float32": torch.float32, "fp32": torch.float32}
+DTYPES = {
+    "auto": None,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+}
 
 
 def check_device_name(device: str) -> None:
@@ -41,7 +48,10 @@ def resolve_device(device: str = "auto") -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ValueError(f"device={device} but this machine has no CUDA device (torch {torch.__version__}); use device=cpu or auto")
+            raise ValueError(
+                f"device={device} but this machine has no CUDA device (torch {torch.__version__}); "
+                "use device=cpu or auto"
+            )
         index = int(device.split(":")[1]) if ":" in device else 0
         if index >= torch.cuda.device_count():
             raise ValueError(f"device={device} but only {torch.cuda.device_count()} CUDA device(s) exist")
@@ -53,7 +63,9 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     check_dtype_name(dtype)
     out = DTYPES[dtype] or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     if out is torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ValueError(f"dtype=bfloat16 but {torch.cuda.get_device_name(device)} has no bf16 support; use dtype=float16 or float32")
+        raise ValueError(
+            f"dtype=bfloat16 but {torch.cuda.get_device_name(device)} has no bf16 support; use dtype=float16 or float32"
+        )
     return out
 
 
@@ -81,6 +93,9 @@ def check_colocation(path, device: torch.device, gpu_memory_utilization: float) 
     total = torch.cuda.get_device_properties(device).total_memory
     room = (1 - gpu_memory_utilization) * total
     if need > room:
-        raise ValueError(f"vllm_gpu_memory_utilization={gpu_memory_utilization} leaves the trainer {room / 2**30:.1f} GiB of "
-                         f"{total / 2**30:.1f} GiB, but its fp32 weights, gradients and AdamW state need about {need / 2**30:.1f} GiB; "
-                         "lower vllm_gpu_memory_utilization")
+        raise ValueError(
+            f"vllm_gpu_memory_utilization={gpu_memory_utilization} leaves the trainer {room / 2**30:.1f} GiB of "
+            f"{total / 2**30:.1f} GiB, but its fp32 weights, gradients and AdamW state need about "
+            f"{need / 2**30:.1f} GiB; "
+            "lower vllm_gpu_memory_utilization"
+        )

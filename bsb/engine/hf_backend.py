@@ -26,8 +26,14 @@ from bsb.engine.packed import Reads, naive_reads, packed_reads
 class HFBackend:
     capabilities = Capabilities(generate=True, belief_logits=True, token_stats=True, token_entropy=True, white_box=True)
 
-    def __init__(self, model, tokenizer=None, chunk_positions: int = 256, max_pack_tokens: int | None = None,
-                 compute_dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer=None,
+        chunk_positions: int = 256,
+        max_pack_tokens: int | None = None,
+        compute_dtype: torch.dtype | None = None,
+    ):
         """``chunk_positions``: positions per LM-head chunk in :meth:`token_stats`; ``max_pack_tokens``: cap on
         one packed sequence (None: each chain's reads in one pass); ``compute_dtype``: run every forward under
         autocast in this dtype (bf16 reads from fp32 master weights; None: the weights' own dtype)."""
@@ -41,7 +47,9 @@ class HFBackend:
             check_supported(model)
         except ValueError as why:
             self.packed = False  # unknown family: the per-candidate re-forward (no hidden states)
-            warnings.warn(f"{why}; HFBackend reads through the naive per-candidate re-forward", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"{why}; HFBackend reads through the naive per-candidate re-forward", RuntimeWarning, stacklevel=2
+            )
 
     def _autocast(self):
         if self.compute_dtype is None:
@@ -84,8 +92,13 @@ class HFBackend:
         parts = lens_parts(self.model)
         n_layers, c, n, d = reads.answer_hidden.shape
         targets = torch.as_tensor(answer * c, device=reads.answer_hidden.device)  # (C·n,)
-        lp = kernels.lens_logprobs(reads.answer_hidden.reshape(n_layers, c * n, d), parts.norm_weight, parts.unembed, targets,
-                                   eps=parts.norm_eps)  # (layers, C·n)
+        lp = kernels.lens_logprobs(
+            reads.answer_hidden.reshape(n_layers, c * n, d),
+            parts.norm_weight,
+            parts.unembed,
+            targets,
+            eps=parts.norm_eps,
+        )  # (layers, C·n)
         return lp.reshape(n_layers, c, n).sum(-1).T.cpu(), reads.token_forwards  # (C, layers)
 
     @torch.no_grad()
@@ -101,8 +114,17 @@ class HFBackend:
         ids, mask, pad = self._left_pad(prompts)
         with self._seeded(seed), self._autocast():
             out = self.model.generate(
-                input_ids=ids, attention_mask=mask, max_new_tokens=read_len, min_new_tokens=read_len, do_sample=True,
-                temperature=1.0, top_p=1.0, top_k=0, pad_token_id=pad, output_logits=True, return_dict_in_generate=True,
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=read_len,
+                min_new_tokens=read_len,
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                pad_token_id=pad,
+                output_logits=True,
+                return_dict_in_generate=True,
             )
         logits = torch.stack(out.logits, 1)  # (C, L, V), before any logits processor
         return logits, sum(len(p) for p in prompts) + len(prompts) * (read_len - 1)
@@ -122,8 +144,8 @@ class HFBackend:
         ids = torch.full((len(prompts), width), pad, dtype=torch.long)
         mask = torch.zeros_like(ids)
         for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.as_tensor(p)
-            mask[i, width - len(p):] = 1
+            ids[i, width - len(p) :] = torch.as_tensor(p)
+            mask[i, width - len(p) :] = 1
         return ids.to(self.device), mask.to(self.device), pad
 
     @torch.no_grad()
@@ -152,8 +174,15 @@ class HFBackend:
         return TokenStats(cat("s"), cat("h"), cat("m"), token_forwards=ids.shape[1])
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
-                 seed: int = 0, eos_token_id: int | None = None) -> list[list[int]]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        eos_token_id: int | None = None,
+    ) -> list[list[int]]:
         """Sample one continuation per prompt (left-padded batch); returns the new token ids, EOS included."""
         check_generation_args(prompts, max_new_tokens, temperature, top_p)
         eos = eos_token_id if eos_token_id is not None else self.model.generation_config.eos_token_id
@@ -162,9 +191,15 @@ class HFBackend:
         sample = temperature > 0
         with self._seeded(seed), self._autocast():
             out = self.model.generate(
-                input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None,
-                top_k=0 if sample else None, eos_token_id=eos, pad_token_id=pad,
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max_new_tokens,
+                do_sample=sample,
+                temperature=temperature if sample else None,
+                top_p=top_p if sample else None,
+                top_k=0 if sample else None,
+                eos_token_id=eos,
+                pad_token_id=pad,
             )
         results = []
         for row in out[:, width:].tolist():

@@ -1,4 +1,4 @@
-"""The LLM judge behind the ``llm_judge`` selector (seed 000 §4's black-box baseline): a model rates each candidate
+"""The LLM judge behind the ``llm_judge`` selector ([Fork] §4's black-box baseline): a model rates each candidate
 boundary's importance from the chain's text alone.
 
 * :func:`judge_prompt`: the repository's template (``judge_prompt.txt``, or your own file) filled with the problem
@@ -46,8 +46,10 @@ class JudgeStats:
     def summary(self) -> str:
         fails = ", ".join(f"{k} {v}" for k, v in sorted(self.failures.items())) or "none"
         per = self.latency_s / self.calls if self.calls else 0.0
-        return (f"{self.calls} calls, {self.prompt_tokens} prompt + {self.completion_tokens} completion tokens, "
-                f"{per:.2f} s per call; fallbacks: {fails}")
+        return (
+            f"{self.calls} calls, {self.prompt_tokens} prompt + {self.completion_tokens} completion tokens, "
+            f"{per:.2f} s per call; fallbacks: {fails}"
+        )
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,16 @@ class OpenAIJudge:
     """A judge behind an OpenAI-compatible endpoint: ``endpoint`` ``chat`` (``/v1/chat/completions``) or
     ``completions`` (``/v1/completions``); the API key from the environment variable ``key_env`` (optional)."""
 
-    def __init__(self, url: str, model: str, endpoint: str = "chat", key_env: str = "BSB_JUDGE_API_KEY", timeout_s: float = 60.0,
-                 max_tokens: int = 256, temperature: float = 0.0):
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        endpoint: str = "chat",
+        key_env: str = "BSB_JUDGE_API_KEY",
+        timeout_s: float = 60.0,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+    ):
         if endpoint not in ("chat", "completions"):
             raise ValueError(f"judge endpoint must be chat or completions, got {endpoint!r}")
         if not url.startswith(("http://", "https://")):
@@ -110,8 +120,11 @@ class OpenAIJudge:
         if timeout_s <= 0:
             raise ValueError(f"judge timeout_s must be > 0, got {timeout_s}")
         base = url.rstrip("/")
-        self.url = base + ("/chat/completions" if endpoint == "chat" else "/completions") if base.endswith("/v1") else \
-            base + ("/v1/chat/completions" if endpoint == "chat" else "/v1/completions")
+        self.url = (
+            base + ("/chat/completions" if endpoint == "chat" else "/completions")
+            if base.endswith("/v1")
+            else base + ("/v1/chat/completions" if endpoint == "chat" else "/v1/completions")
+        )
         self.model, self.endpoint, self.timeout_s = model, endpoint, timeout_s
         self.max_tokens, self.temperature, self.key = max_tokens, temperature, os.environ.get(key_env)
         self.stats = JudgeStats()
@@ -136,7 +149,9 @@ class OpenAIJudge:
         except TimeoutError:
             raise JudgeError("timeout") from None
         except urllib.error.URLError as err:
-            raise JudgeError("timeout" if isinstance(err.reason, (TimeoutError, socket.timeout)) else "unreachable") from None
+            raise JudgeError(
+                "timeout" if isinstance(err.reason, (TimeoutError, socket.timeout)) else "unreachable"
+            ) from None
         except (json.JSONDecodeError, UnicodeDecodeError, ConnectionError, OSError):
             raise JudgeError("malformed HTTP reply") from None
         finally:
@@ -147,7 +162,9 @@ class OpenAIJudge:
         except (KeyError, IndexError, TypeError):
             raise JudgeError("reply without choices") from None
         usage = reply.get("usage") or {}
-        out = JudgeReply(str(text or ""), int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+        out = JudgeReply(
+            str(text or ""), int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        )
         self.stats.prompt_tokens += out.prompt_tokens
         self.stats.completion_tokens += out.completion_tokens
         return out

@@ -78,9 +78,14 @@ def packed_reads(
     if max_tokens is not None:
         room = max_tokens - prefix.numel()
         if room < seg.numel():
-            raise ValueError(f"max_tokens={max_tokens} cannot hold the prefix ({prefix.numel()}) plus one suffix ({seg.numel()})")
+            raise ValueError(
+                f"max_tokens={max_tokens} cannot hold the prefix ({prefix.numel()}) plus one suffix ({seg.numel()})"
+            )
         per_group = max(1, room // seg.numel())
-    parts = [_packed_group(model, prefix, cuts[i : i + per_group], suffix, answer, with_hidden) for i in range(0, len(cuts), per_group)]
+    parts = [
+        _packed_group(model, prefix, cuts[i : i + per_group], suffix, answer, with_hidden)
+        for i in range(0, len(cuts), per_group)
+    ]
     return _concat(parts)
 
 
@@ -106,10 +111,14 @@ def _packed_group(model, prefix, cuts, suffix, answer, with_hidden) -> Reads:
     same_seg = (seg[:, None] == seg[None, :]) & causal  # the prefix causally, a segment within itself
     sees_prefix = (seg[:, None] >= 0) & (qi[None, :] < s) & (qi[None, :] < cut[seg.clamp(min=0)][:, None])
     allowed = same_seg | sees_prefix  # (Q, Q)
-    mask = torch.zeros(q, q, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]  # (1, 1, Q, Q)
+    mask = torch.zeros(q, q, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)[
+        None, None
+    ]  # (1, 1, Q, Q)
 
     read = s + torch.arange(c, device=device) * w + e - 1  # (C,) last suffix token of each segment
-    ans_pos = (read[:, None] + torch.arange(n, device=device)[None, :]).reshape(-1)  # (C·n,) positions predicting a_1..a_n
+    ans_pos = (read[:, None] + torch.arange(n, device=device)[None, :]).reshape(
+        -1
+    )  # (C·n,) positions predicting a_1..a_n
     keep = torch.cat([read, ans_pos]) if n else read
     with torch.no_grad():
         if with_hidden:

@@ -23,18 +23,30 @@ class ProbeConfig:
     max_candidates: int = help_field(16, "C, candidate boundaries scored per chain")
     range_cap: float = help_field(1.0, "ρ, score only the first ρ of each chain (0.5 on base models, 1 on SFT models)")
     probe_suffix: str | None = help_field(None, "elicitation suffix of Probe-JS / Lens-Shift; None: the task's")
-    read_len: int | None = help_field(None, "L, Probe-JS read positions after the suffix (1 math, 16 code); None: the task's")
+    read_len: int | None = help_field(
+        None, "L, Probe-JS read positions after the suffix (1 math, 16 code); None: the task's"
+    )
     top_k: int = help_field(20, "K of the Probe-JS belief")
     lens_readout: str = help_field("shape", "Lens-Shift read-out: shape | height | depth")
-    lens_layers: list | None = help_field(None, "decoder layers in the Lens-Shift profile (e.g. the full-attention ones); None: all")
+    lens_layers: list | None = help_field(
+        None, "decoder layers in the Lens-Shift profile (e.g. the full-attention ones); None: all"
+    )
     lens_eps: float = help_field(0.1, "ε of the Lens-Shift lock-in layer (depth read-out)")
-    margin_window: list = help_field(list(MARGIN_WINDOW), "zero-based token positions [lo, hi) searched by min_margin / first_gap")
+    margin_window: list = help_field(
+        list(MARGIN_WINDOW), "zero-based token positions [lo, hi) searched by min_margin / first_gap"
+    )
     gap_threshold: float = help_field(0.5, "Δz threshold of first_gap")
 
     def probe_problems(self) -> list[str]:
         """Every invalid probe value, one message each (empty: valid)."""
-        out = probe_value_problems(max_candidates=self.max_candidates, range_cap=self.range_cap, top_k=self.top_k,
-                                   read_len=self.read_len, lens_readout=self.lens_readout, margin_window=self.margin_window)
+        out = probe_value_problems(
+            max_candidates=self.max_candidates,
+            range_cap=self.range_cap,
+            top_k=self.top_k,
+            read_len=self.read_len,
+            lens_readout=self.lens_readout,
+            margin_window=self.margin_window,
+        )
         if self.probe_suffix is not None and not self.probe_suffix:
             out.append("probe_suffix must be non-empty (or None: the task's)")
         return out
@@ -50,9 +62,19 @@ def resolve(probe: ProbeConfig, task, tokenizer, **extra) -> SelectorConfig:
     ``extra``: the remaining SelectorConfig fields (``seed``, ``bsv_path``, ``judge``, ``decode``)."""
     suffix = tokenizer.encode(probe.probe_suffix or task.probe_suffix, add_special_tokens=False)
     lo, hi = probe.margin_window
-    return SelectorConfig(max_candidates=probe.max_candidates, range_cap=probe.range_cap, suffix=suffix, top_k=probe.top_k,
-                          read_len=probe.read_len or task.read_len, lens_readout=probe.lens_readout, lens_eps=probe.lens_eps,
-                          lens_layers=probe.lens_layers, margin_window=(lo, hi), gap_threshold=probe.gap_threshold, **extra)
+    return SelectorConfig(
+        max_candidates=probe.max_candidates,
+        range_cap=probe.range_cap,
+        suffix=suffix,
+        top_k=probe.top_k,
+        read_len=probe.read_len or task.read_len,
+        lens_readout=probe.lens_readout,
+        lens_eps=probe.lens_eps,
+        lens_layers=probe.lens_layers,
+        margin_window=(lo, hi),
+        gap_threshold=probe.gap_threshold,
+        **extra,
+    )
 
 
 def answer_ids(task, tokenizer, text: str) -> list[int] | None:

@@ -1,11 +1,11 @@
-"""Fork-point selectors: one interface over the belief reads and the baselines (§3, §3.5, seed 001 §5.6).
+"""Fork-point selectors: one interface over the belief reads and the baselines (§3, §3.5, [TwoStage] §5.6).
 
 A selector scores the candidate boundaries of each finished chain and forks at the top score,
 ``t̂ = argmax_t s_t``. Belief-change scores are fork-before attributed: the change caused by the segment
 ``(t_j, t_{j+1}]`` lands on ``t_j``, so siblings re-roll exactly that segment. If a selector cannot score a
 chain (no committed answer for Lens-Shift, no finite score), the chain falls back to Midpoint; a pool with a
-single candidate forks there. The fallback is counted in the returned :class:`Selection`, never raised into a training loop. A
-chain that cannot fork at all is returned as unforkable (``fork=None``) for the trainer to refill.
+single candidate forks there. The fallback is counted in the returned :class:`Selection`, never raised into a
+training loop. A chain that cannot fork at all is returned as unforkable (``fork=None``) for the trainer to refill.
 
 Selectors and their scores (higher forks first):
 
@@ -17,8 +17,8 @@ midpoint   closeness to the chain midpoint; forks at the midpoint itself
 uniform    greedy farthest-point order from the midpoint: any top-B is evenly spread
 random     seeded uniform scores
 newline    earlier boundaries first
-min_margin smallest top-1 − top-2 logit margin over token positions in a window (seed 001: [4, 64))
-first_gap  the first window position with margin <= 0.5, min-margin fallback (seed 001 FirstGap05)
+min_margin smallest top-1 − top-2 logit margin over token positions in a window ([TwoStage]: [4, 64))
+first_gap  the first window position with margin <= 0.5, min-margin fallback ([TwoStage] FirstGap05)
 bsv        projection of the boundary state on a fitted belief-shift direction (Eq. 6; pre-RL only)
 llm_judge  a black-box LLM judge's 0-10 rating of the step each boundary re-rolls, from the text alone (§4)
 ========== ==========================================================================================
@@ -42,8 +42,9 @@ LENS_READOUTS = ("shape", "height", "depth")
 MARGIN_WINDOW = (4, 64)  # [TwoStage] §5.6: zero-based token positions searched by min_margin / first_gap
 
 
-def probe_value_problems(*, max_candidates: int, range_cap: float, top_k: int, read_len: int | None, lens_readout: str,
-                         margin_window) -> list[str]:
+def probe_value_problems(
+    *, max_candidates: int, range_cap: float, top_k: int, read_len: int | None, lens_readout: str, margin_window
+) -> list[str]:
     """Every invalid probe value, one message each (empty: valid): the one check behind :class:`SelectorConfig` and
     :class:`bsb.engine.probe.ProbeConfig` (``read_len`` None: the task's)."""
     out = []
@@ -83,9 +84,14 @@ class SelectorConfig:
     decode: Callable[[list[int]], str] | None = None  # llm_judge: token ids -> text (the judge reads text)
 
     def __post_init__(self):
-        problems = probe_value_problems(max_candidates=self.max_candidates, range_cap=self.range_cap, top_k=self.top_k,
-                                        read_len=self.read_len, lens_readout=self.lens_readout,
-                                        margin_window=self.margin_window)
+        problems = probe_value_problems(
+            max_candidates=self.max_candidates,
+            range_cap=self.range_cap,
+            top_k=self.top_k,
+            read_len=self.read_len,
+            lens_readout=self.lens_readout,
+            margin_window=self.margin_window,
+        )
         if self.read_len is None:
             problems.append("read_len must be >= 1 (resolve None against the task: bsb.engine.probe.resolve)")
         if problems:
@@ -203,14 +209,20 @@ class Selector:
 
     def pool(self, chain: ChainInput, newline_mask: torch.Tensor) -> CandidatePool:
         c = self.config
-        return candidate_pool(chain.response, newline_mask, c.max_candidates, c.range_cap, c.min_tail, chain.budget_left)
+        return candidate_pool(
+            chain.response, newline_mask, c.max_candidates, c.range_cap, c.min_tail, chain.budget_left
+        )
 
-    def score(self, chain: ChainInput, pool: CandidatePool, backend, index: int, seed: int = 0) -> tuple[list[float], int]:
+    def score(
+        self, chain: ChainInput, pool: CandidatePool, backend, index: int, seed: int = 0
+    ) -> tuple[list[float], int]:
         """Scores for ``pool.positions`` and the token-forwards spent; raise CannotScore to fall back. ``seed``: the
         call's seed (sampled reads, Random); ``index``: the chain's position in the call."""
         raise NotImplementedError
 
-    def score_many(self, items: list[tuple[int, ChainInput, CandidatePool]], backend, seed: int = 0) -> list[tuple[list[float], int] | CannotScore]:
+    def score_many(
+        self, items: list[tuple[int, ChainInput, CandidatePool]], backend, seed: int = 0
+    ) -> list[tuple[list[float], int] | CannotScore]:
         """Scores of several chains ``(index, chain, pool)``, or the CannotScore of each chain that has none. The
         default scores them one by one; a selector whose reads batch across chains overrides it."""
         out: list[tuple[list[float], int] | CannotScore] = []
@@ -221,7 +233,9 @@ class Selector:
                 out.append(why)
         return out
 
-    def select(self, chains: Sequence[ChainInput], newline_mask: torch.Tensor, backend=None, seed: int | None = None) -> Selection:
+    def select(
+        self, chains: Sequence[ChainInput], newline_mask: torch.Tensor, backend=None, seed: int | None = None
+    ) -> Selection:
         """Fork choices for ``chains``. ``backend``: the reads' backend (default: the one bound); ``seed``: this call's
         seed (a trainer passes a fresh one per step and round; default ``config.seed``)."""
         backend = self._reader(backend)
@@ -245,7 +259,9 @@ class Selector:
                     choices[i] = ForkChoice(pool.positions[best], pool, scores, token_forwards=spent)
                     continue
                 result = CannotScore("no finite score")
-            choices[i] = ForkChoice(_midpoint(pool, self.config), pool, [math.nan] * len(pool.positions), fallback=str(result))
+            choices[i] = ForkChoice(
+                _midpoint(pool, self.config), pool, [math.nan] * len(pool.positions), fallback=str(result)
+            )
         return Selection(self.name, choices)
 
 
@@ -284,7 +300,12 @@ class Uniform(Selector):
         pos = pool.positions
         order = [min(range(len(pos)), key=lambda j: abs(pos[j] - pool.chain_len / 2))]
         while len(order) < len(pos):  # next: the candidate farthest from every chosen one
-            order.append(max((j for j in range(len(pos)) if j not in order), key=lambda j: min(abs(pos[j] - pos[o]) for o in order)))
+            order.append(
+                max(
+                    (j for j in range(len(pos)) if j not in order),
+                    key=lambda j: min(abs(pos[j] - pos[o]) for o in order),
+                )
+            )
         rank = {j: r for r, j in enumerate(order)}
         return [float(len(pos) - rank[j]) for j in range(len(pos))], 0
 
@@ -381,7 +402,10 @@ class ProbeJS(Selector):
         backend = self._reader(backend)
         mode = self.read_mode(backend)
         live = [(i, chain, pool) for i, chain, pool in items if len(pool.positions) >= 2]
-        asks = [(list(chain.prompt) + list(chain.response), [len(chain.prompt) + t for t in pool.positions]) for _, chain, pool in live]
+        asks = [
+            (list(chain.prompt) + list(chain.response), [len(chain.prompt) + t for t in pool.positions])
+            for _, chain, pool in live
+        ]
         seeds = [seed + i for i, _, _ in live]
         scores, spent, status = [], [], None
         if mode == "belief_logits":
@@ -389,14 +413,18 @@ class ProbeJS(Selector):
             if reads:
                 # every chain in one fused call: rows of a chain contiguous, chain ids on the logits' device
                 logits = torch.cat([lg for lg, _ in reads])
-                chain_index = torch.repeat_interleave(torch.arange(len(reads), device=logits.device),
-                                                      torch.tensor([lg.shape[0] for lg, _ in reads], device=logits.device))
+                chain_index = torch.repeat_interleave(
+                    torch.arange(len(reads), device=logits.device),
+                    torch.tensor([lg.shape[0] for lg, _ in reads], device=logits.device),
+                )
                 js, status = kernels.probe_js_deferred(logits, chain_index, min(c.top_k, logits.shape[-1]))
                 scores = [js if status is None else torch.cat([js, status.to(js.dtype)[None]])]
                 spent = [n for _, n in reads]
         else:
             for logp, idx, n in backend.probe_topk(asks, c.suffix, c.read_len, c.top_k, seeds):  # (C, L, k) each
-                scores.append(kernels.probe_js_topk(logp, idx, torch.zeros(logp.shape[0], dtype=torch.long, device=logp.device)))
+                scores.append(
+                    kernels.probe_js_topk(logp, idx, torch.zeros(logp.shape[0], dtype=torch.long, device=logp.device))
+                )
                 spent.append(n)
         flat = torch.cat(scores).tolist() if scores else []  # the one host sync of the call (scores and error status)
         if status is not None:
@@ -424,8 +452,12 @@ class LensShift(Selector):
         if len(pool.positions) < 2:
             raise CannotScore("one boundary: no belief change to score")
         prompt = list(chain.prompt)
-        profiles, spent = backend.lens_profiles(prompt + list(chain.response), [len(prompt) + t for t in pool.positions],
-                                                self.config.suffix, list(chain.answer))  # (C, layers)
+        profiles, spent = backend.lens_profiles(
+            prompt + list(chain.response),
+            [len(prompt) + t for t in pool.positions],
+            self.config.suffix,
+            list(chain.answer),
+        )  # (C, layers)
         n_layers = profiles.shape[1]
         if self.config.lens_layers is not None:
             layers = list(self.config.lens_layers)
@@ -451,7 +483,9 @@ class BSV(Selector):
         super().__init__(config, backend)
         self.direction = direction
         if direction is None and self.config.bsv_path is None:
-            raise ValueError("bsv needs a fitted direction: pass direction= or SelectorConfig.bsv_path (bsb.engine.bsv.fit_bsv)")
+            raise ValueError(
+                "bsv needs a fitted direction: pass direction= or SelectorConfig.bsv_path (bsb.engine.bsv.fit_bsv)"
+            )
 
     def score(self, chain, pool, backend, index, seed=0):
         from bsb.engine.bsv import BSVDirection, bsv_scores
@@ -460,7 +494,9 @@ class BSV(Selector):
             self.direction = BSVDirection.load(self.config.bsv_path)
         prompt = list(chain.prompt)
         prefix = prompt + list(chain.response)
-        return bsv_scores(backend.model, prefix, [len(prompt) + t for t in pool.positions], self.direction).tolist(), len(prefix)
+        return bsv_scores(
+            backend.model, prefix, [len(prompt) + t for t in pool.positions], self.direction
+        ).tolist(), len(prefix)
 
 
 class LLMJudge(Selector):
@@ -477,8 +513,10 @@ class LLMJudge(Selector):
     def __init__(self, config: SelectorConfig | None = None, backend=None):
         super().__init__(config, backend)
         if self.config.judge is None or self.config.decode is None:
-            raise ValueError("llm_judge needs a judge (SelectorConfig.judge: bsb.engine.judge.OpenAIJudge or LocalJudge) and "
-                             "SelectorConfig.decode (token ids -> text); bsb validate / demo take --judge-url and --judge-model")
+            raise ValueError(
+                "llm_judge needs a judge (SelectorConfig.judge: bsb.engine.judge.OpenAIJudge or LocalJudge) and "
+                "SelectorConfig.decode (token ids -> text); bsb validate / demo take --judge-url and --judge-model"
+            )
 
     def score(self, chain, pool, backend, index, seed=0):
         from bsb.engine.judge import JudgeError, judge_prompt, parse_scores
@@ -496,7 +534,9 @@ class LLMJudge(Selector):
 
 
 def _not_a_selector(obj) -> str:
-    return "" if isinstance(obj, type) and issubclass(obj, Selector) else "not a subclass of bsb.engine.selectors.Selector"
+    return (
+        "" if isinstance(obj, type) and issubclass(obj, Selector) else "not a subclass of bsb.engine.selectors.Selector"
+    )
 
 
 SELECTORS: Registry[type[Selector]] = Registry("selector", _not_a_selector)

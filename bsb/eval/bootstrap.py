@@ -1,4 +1,4 @@
-"""Paired bootstrap confidence intervals for the difference between two arms (seed 001 §5.3, §5.5).
+"""Paired bootstrap confidence intervals for the difference between two arms ([TwoStage] §5.3, §5.5).
 
 Scores are arrays ``a[s, q]``, ``b[s, q]`` (seed × question; one row for a single seed) on the same questions,
 paired by seed index and question. The difference is ``d = a − b``.

@@ -1,9 +1,9 @@
-"""Native branching at test time (seed 001 §5.6, Table 5B): MinMargin-Fork@3 and FirstGap05-Fork@3.
+"""Native branching at test time ([TwoStage] §5.6, Table 5B): MinMargin-Fork@3 and FirstGap05-Fork@3.
 
 From a greedy root response, read the teacher-forced top-1 − top-2 logit margin Δz_t at every zero-based
 response position ``t`` in a window (default ``[4, 64)``), pick two positions, and at each one replace the
-root's token by the model's top-2 token (:func:`branch_prefixes`); the caller continues them greedily. The root and the two branches are the k = 3
-candidates of a voting rule (:mod:`bsb.eval.voting`).
+root's token by the model's top-2 token (:func:`branch_prefixes`); the caller continues them greedily. The root
+and the two branches are the k = 3 candidates of a voting rule (:mod:`bsb.eval.voting`).
 
 * ``min_margin``: ``t1`` = the smallest margin in the window; ``t2`` = the smallest margin with ``|t2 − t1| >= 2``.
 * ``first_gap``: the chronologically first and second window positions with ``Δz_t <= 0.5`` and
@@ -21,8 +21,13 @@ from bsb.engine.selectors import MARGIN_WINDOW
 RULES = ("min_margin", "first_gap")
 
 
-def fork_positions(margins: Sequence[float], rule: str, window: tuple[int, int] = MARGIN_WINDOW, threshold: float = 0.5,
-                   separation: int = 2) -> tuple[list[int], int]:
+def fork_positions(
+    margins: Sequence[float],
+    rule: str,
+    window: tuple[int, int] = MARGIN_WINDOW,
+    threshold: float = 0.5,
+    separation: int = 2,
+) -> tuple[list[int], int]:
     """Two fork positions and how many slots fell back to the minimum-margin rule (``first_gap`` only)."""
     if rule not in RULES:
         raise ValueError(f"unknown branching rule {rule!r}; choose one of {', '.join(RULES)}")
@@ -60,7 +65,9 @@ def margins_and_top2(model, prompt: Sequence[int], response: Sequence[int]) -> t
     return (top.values[:, 0] - top.values[:, 1]).tolist(), top.indices[:, 1].tolist()
 
 
-def branch_prefixes(model, prompt: list[int], root: list[int], rule: str, window: tuple[int, int] = MARGIN_WINDOW) -> tuple[list[list[int]], list[int], int]:
+def branch_prefixes(
+    model, prompt: list[int], root: list[int], rule: str, window: tuple[int, int] = MARGIN_WINDOW
+) -> tuple[list[list[int]], list[int], int]:
     """The two branch prefixes (the root up to a fork position, then the model's top-2 token there), their
     positions, and the fallback count. A root too short for the window yields none. Continue each prefix
     greedily (batched across questions by the caller) to get the branches."""
@@ -69,8 +76,10 @@ def branch_prefixes(model, prompt: list[int], root: list[int], rule: str, window
     return [root[:t] + [top2[t]] for t in picks], picks, fallback
 
 
-def eff_caps(sort_keys: Sequence[int], prefix_lens: Sequence[int], cap: int, batch_size: int = 64, min_gen: int = 64) -> list[int]:
-    """Seed 001's per-row total budget of batched branch continuations (§5.6, ``run_batched_prefixes``): rows are
+def eff_caps(
+    sort_keys: Sequence[int], prefix_lens: Sequence[int], cap: int, batch_size: int = 64, min_gen: int = 64
+) -> list[int]:
+    """[TwoStage]'s per-row total budget of batched branch continuations (§5.6, ``run_batched_prefixes``): rows are
     sorted by ``sort_keys`` (prompt + prefix length) into batches of ``batch_size``; each batch runs
     ``max_gen = max(min_gen, cap − max_j K_j)`` continuation steps, so row i with prefix length ``K_i`` may reach
     ``eff_cap_i = K_i + max_gen`` tokens (``= cap − max_j K_j + K_i <= cap`` unless the floor applies). Returned in

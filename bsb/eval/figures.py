@@ -1,4 +1,4 @@
-"""Figures: the per-chain case plot in the style of seed 000's Figure 1, the selector bar chart (Figure 3) and the
+"""Figures: the per-chain case plot in the style of [Fork]'s Figure 1, the selector bar chart (Figure 3) and the
 sweep's held-out accuracy over training steps (Figure 4). Files are written with matplotlib's Agg backend (no display
 needed)."""
 
@@ -27,9 +27,18 @@ def _save(plt, fig, path) -> Path:
     return path
 
 
-def case_plot(path: str | Path, cuts: Sequence[int], v_star: Sequence[float], forks: Mapping[str, int | None], *,
-              belief: Sequence[float] | None = None, js: Sequence[float] | None = None, chain_len: int | None = None,
-              title: str = "", captured: Mapping[str, float] | None = None) -> Path:
+def case_plot(
+    path: str | Path,
+    cuts: Sequence[int],
+    v_star: Sequence[float],
+    forks: Mapping[str, int | None],
+    *,
+    belief: Sequence[float] | None = None,
+    js: Sequence[float] | None = None,
+    chain_len: int | None = None,
+    title: str = "",
+    captured: Mapping[str, float] | None = None,
+) -> Path:
     """V* along the chain (the Monte-Carlo value at each candidate boundary), the Probe-JS belief in the
     answer and the JS score of each boundary (fork-before), and every selector's fork marker."""
     plt = _plt()
@@ -43,8 +52,9 @@ def case_plot(path: str | Path, cuts: Sequence[int], v_star: Sequence[float], fo
     if js is not None:
         ax2 = ax.twinx()
         width = max(1.0, 0.35 * (min((b - a for a, b in zip(cuts[:-1], cuts[1:])), default=4)))
-        handles.append(ax2.bar(cuts, js, width=width, color="tab:orange", alpha=0.35,
-                               label="Probe-JS score (fork-before)"))
+        handles.append(
+            ax2.bar(cuts, js, width=width, color="tab:orange", alpha=0.35, label="Probe-JS score (fork-before)")
+        )
         ax2.set_ylabel("JS (nats)")
         ax2.set_ylim(0, max(0.05, 1.15 * max((v for v in js if v == v), default=0.05)))
     cmap = plt.get_cmap("tab10")
@@ -53,8 +63,15 @@ def case_plot(path: str | Path, cuts: Sequence[int], v_star: Sequence[float], fo
             continue
         label = name + (f" (flip mass {captured[name]:.2f})" if captured and name in captured else "")
         ax.axvline(fork, color=cmap(i % 10), ls=":", alpha=0.6)
-        handles += ax.plot([fork], [1.02 + 0.025 * (i % 5)], MARKERS[i % len(MARKERS)], color=cmap(i % 10), ms=9,
-                           ls="none", label=label)
+        handles += ax.plot(
+            [fork],
+            [1.02 + 0.025 * (i % 5)],
+            MARKERS[i % len(MARKERS)],
+            color=cmap(i % 10),
+            ms=9,
+            ls="none",
+            label=label,
+        )
     if chain_len is not None:
         ax.set_xlim(0, chain_len)
     ax.set_title(title, fontsize=10)
@@ -63,15 +80,28 @@ def case_plot(path: str | Path, cuts: Sequence[int], v_star: Sequence[float], fo
     return _save(plt, fig, path)
 
 
-def bar_chart(path: str | Path, values: Mapping[str, float], errors: Mapping[str, float] | None = None, *, ylabel: str,
-              title: str = "", floor: float | None = None) -> Path:
+def bar_chart(
+    path: str | Path,
+    values: Mapping[str, float],
+    errors: Mapping[str, float] | None = None,
+    *,
+    ylabel: str,
+    title: str = "",
+    floor: float | None = None,
+) -> Path:
     """One bar per selector (lower is better for reconstruction error), with optional error bars and the
     oracle floor as a line."""
     plt = _plt()
     names = list(values)
     fig, ax = plt.subplots(figsize=(max(5, 0.8 * len(names) + 2), 3.6))
-    ax.bar(names, [values[n] for n in names], yerr=[errors[n] for n in names] if errors else None, color="tab:blue",
-           alpha=0.8, capsize=3)
+    ax.bar(
+        names,
+        [values[n] for n in names],
+        yerr=[errors[n] for n in names] if errors else None,
+        color="tab:blue",
+        alpha=0.8,
+        capsize=3,
+    )
     if floor is not None:
         ax.axhline(floor, color="black", ls="--", label="oracle floor")
         ax.legend()
@@ -82,15 +112,22 @@ def bar_chart(path: str | Path, values: Mapping[str, float], errors: Mapping[str
     return _save(plt, fig, path)
 
 
-def sweep_curves(path: str | Path, raw: Mapping[str, tuple[Sequence[float], Sequence[float]]],
-                 smooth: Mapping[str, tuple[Sequence[float], Sequence[float]]],
-                 best: Mapping[str, tuple[float, float]], *, xlabel: str, ylabel: str, title: str = "") -> Path:
-    """Seed 000 Figure 4 style: raw validation curves (faint), their moving average (solid), a star at each
+def sweep_curves(
+    path: str | Path,
+    raw: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    smooth: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    best: Mapping[str, tuple[float, float]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+) -> Path:
+    """[Fork] Figure 4 style: raw validation curves (faint), their moving average (solid), a star at each
     series' best-aggregate checkpoint."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for name, (x, y) in smooth.items():
-        line, = ax.plot(x, y, "-", lw=2, label=name)
+        (line,) = ax.plot(x, y, "-", lw=2, label=name)
         ax.plot(*raw[name], "o-", lw=0.8, ms=3, alpha=0.3, color=line.get_color())
         ax.plot(*best[name], "*", ms=14, color=line.get_color(), markeredgecolor="black")
     ax.set_xlabel(xlabel)

@@ -18,16 +18,27 @@ JUDGE = ("judge_url", "judge_model", "judge_endpoint", "judge_key_env", "judge_t
 
 @dataclass
 class OfflineConfig:
-    model: str = _f("embedded", "a local Hugging Face model directory (default: the task's embedded tiny model)", positional=True)
-    problems: str | None = _f(None, "a problem file (JSONL / JSON / Parquet / CSV; the math task's held-out set); default: "
-                                    "the task's own problems", positional=True)
-    task: str | None = _f(None, "walk | arith | code | math | package.module:Class (default: math with a problem file, else walk)")
-    task_options: dict | None = _f(None, "task options, e.g. --task-option ops=[2,3] gate_chars=30", flag="--task-option")
+    model: str = _f(
+        "embedded", "a local Hugging Face model directory (default: the task's embedded tiny model)", positional=True
+    )
+    problems: str | None = _f(
+        None,
+        "a problem file (JSONL / JSON / Parquet / CSV; the math task's held-out set); default: the task's own problems",
+        positional=True,
+    )
+    task: str | None = _f(
+        None, "walk | arith | code | math | package.module:Class (default: math with a problem file, else walk)"
+    )
+    task_options: dict | None = _f(
+        None, "task options, e.g. --task-option ops=[2,3] gate_chars=30", flag="--task-option"
+    )
     prompt_format: str = _f("plain", "plain text, or the tokenizer's chat template", choices=PROMPT_FORMATS)
     device: str = _f("auto", "auto (CUDA when present) | cpu | cuda | cuda:N")
     dtype: str = _f("auto", "auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32")
-    judge_url: str | None = _f(None, "an OpenAI-compatible endpoint for the llm_judge baseline (or 'local' with a checkpoint "
-                                     "path as --judge-model)")
+    judge_url: str | None = _f(
+        None,
+        "an OpenAI-compatible endpoint for the llm_judge baseline (or 'local' with a checkpoint path as --judge-model)",
+    )
     judge_model: str | None = _f(None, "the judge's model name at --judge-url (or its local path)")
     judge_endpoint: str = _f("chat", "the judge's API", choices=("chat", "completions"))
     judge_key_env: str = _f("BSB_JUDGE_API_KEY", "environment variable holding the judge's API key (optional)")
@@ -36,8 +47,10 @@ class OfflineConfig:
 
     def __post_init__(self):
         if self.judge_url is not None and not self.judge_model:
-            raise ValueError("--judge-url needs --judge-model (the model name at that endpoint, or a local checkpoint with "
-                             "--judge-url local)")
+            raise ValueError(
+                "--judge-url needs --judge-model (the model name at that endpoint, or a local checkpoint with "
+                "--judge-url local)"
+            )
         if self.judge_endpoint not in ("chat", "completions"):
             raise ValueError(f"judge endpoint must be chat or completions, got {self.judge_endpoint!r}")
         if self.prompt_format not in PROMPT_FORMATS:
@@ -75,15 +88,18 @@ class Session:
         return resolve(probe if probe is not None else ProbeConfig(), self.task, self.tok, **extra)
 
     def gold_ids(self, problem) -> list[int]:
-        """The gold answer as it follows the elicitation suffix, as token ids (the figures' belief in the gold answer)."""
+        """The gold answer as it follows the elicitation suffix, as token ids (the figures' belief in the gold
+        answer)."""
         return self.tok.encode(self.task.gold_continuation(problem), add_special_tokens=False)
 
 
-def open_session(cfg: OfflineConfig, n_problems: int, seed: int, task_options: Mapping | None = None,
-                 path: str | Path | None = None) -> Session:
+def open_session(
+    cfg: OfflineConfig, n_problems: int, seed: int, task_options: Mapping | None = None, path: str | Path | None = None
+) -> Session:
     """The task (``cfg.task`` with ``task_options``, default ``cfg.task_options``), the checkpoint (``path``, else
     ``cfg.model`` resolved against the task), its tokenizer and model on ``cfg.device`` / ``cfg.dtype``, the HF
-    backend, the newline mask, and ``n_problems`` of the task's sample for ``seed`` rendered in ``cfg.prompt_format``."""
+    backend, the newline mask, and ``n_problems`` of the task's sample for ``seed`` rendered in
+    ``cfg.prompt_format``."""
     import transformers
 
     from bsb.embedded.model import resolve_model
@@ -100,7 +116,9 @@ def open_session(cfg: OfflineConfig, n_problems: int, seed: int, task_options: M
     hf = HFBackend(model, tok)
     problems = task.sample(n_problems, seed)
     prompts = [tok.encode(render_prompt(task, p, tok, cfg.prompt_format), add_special_tokens=False) for p in problems]
-    return Session(task, path, tok, model, hf, newline_token_mask(tok, hf.vocab_size), tok.eos_token_id, problems, prompts)
+    return Session(
+        task, path, tok, model, hf, newline_token_mask(tok, hf.vocab_size), tok.eos_token_id, problems, prompts
+    )
 
 
 def jsonable(value):

@@ -1,4 +1,4 @@
-"""Monte-Carlo value curves (seed 000 §4): ``V*(t) = Pr[correct | x, y_<=t]`` at candidate boundaries of a chain,
+"""Monte-Carlo value curves ([Fork] §4): ``V*(t) = Pr[correct | x, y_<=t]`` at candidate boundaries of a chain,
 estimated by ``n_mc`` independent completions of each prefix, scored by the verifier.
 
 Completions go through the backend's batched ``generate`` (a vLLM engine reuses the shared prefix's cached KV
@@ -53,15 +53,39 @@ class CompletionStore:
             return
         with self.path.open("a") as f:
             for chain, cut, draw, correct, answer, tokens in records:
-                f.write(json.dumps({"chain": chain, "cut": cut, "draw": draw, "correct": bool(correct), "answer": answer,
-                                    "tokens": tokens}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "chain": chain,
+                            "cut": cut,
+                            "draw": draw,
+                            "correct": bool(correct),
+                            "answer": answer,
+                            "tokens": tokens,
+                        }
+                    )
+                    + "\n"
+                )
             f.flush()
 
 
-def mc_values(backend, prompt: Sequence[int], response: Sequence[int], cuts: Sequence[int], n_mc: int,
-              grade: Callable[[list[int]], tuple[bool, str]], max_response: int, eos_id: int | None, temperature: float = 0.7,
-              top_p: float = 1.0, seed: int = 0, batch_size: int = 64, store: CompletionStore | None = None,
-              chain_id: str = "chain", progress=None) -> list[float]:
+def mc_values(
+    backend,
+    prompt: Sequence[int],
+    response: Sequence[int],
+    cuts: Sequence[int],
+    n_mc: int,
+    grade: Callable[[list[int]], tuple[bool, str]],
+    max_response: int,
+    eos_id: int | None,
+    temperature: float = 0.7,
+    top_p: float = 1.0,
+    seed: int = 0,
+    batch_size: int = 64,
+    store: CompletionStore | None = None,
+    chain_id: str = "chain",
+    progress=None,
+) -> list[float]:
     """V*(t) at each cut (a position in ``response``) from ``n_mc`` completions of ``prompt + response[:t]``.
 
     ``grade(full_response_ids) -> (correct, answer)`` scores a completed response (the prefix plus the
@@ -80,8 +104,14 @@ def mc_values(backend, prompt: Sequence[int], response: Sequence[int], cuts: Seq
         part = todo[start : start + batch_size]
         prefixes = [list(prompt) + list(response[:c]) for c, _ in part]
         budget = max(max_response - c for c, _ in part)
-        outs = backend.generate(prefixes, max_new_tokens=budget, temperature=temperature, top_p=top_p,
-                                seed=seed + 7919 * start, eos_token_id=eos_id)
+        outs = backend.generate(
+            prefixes,
+            max_new_tokens=budget,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed + 7919 * start,
+            eos_token_id=eos_id,
+        )
         rows = []
         for (c, j), out in zip(part, outs):
             full = list(response[:c]) + list(out[: max_response - c])
@@ -93,8 +123,14 @@ def mc_values(backend, prompt: Sequence[int], response: Sequence[int], cuts: Seq
     return [sum(store.done[(chain_id, c, j)] for j in range(n_mc)) / n_mc for c in cuts]
 
 
-def answer_belief(backend, prompt: Sequence[int], response: Sequence[int], cuts: Sequence[int], suffix: Sequence[int],
-                  answer: Sequence[int]) -> list[float]:
+def answer_belief(
+    backend,
+    prompt: Sequence[int],
+    response: Sequence[int],
+    cuts: Sequence[int],
+    suffix: Sequence[int],
+    answer: Sequence[int],
+) -> list[float]:
     """The model's elicited belief in a whole answer at each cut: ``p(answer | x, y_<=t, suffix)``, teacher-forced
     through the HF backend's packed reads (the curve drawn beside V* in the case plots)."""
     import torch

@@ -1,4 +1,4 @@
-"""Test-time voting over k candidate responses (seed 001 §5.5, stated there for k = 3).
+"""Test-time voting over k candidate responses ([TwoStage] §5.5, stated there for k = 3).
 
 Each candidate is ``(correct, length, answer)``: whether it is right, its length in tokens, and its extracted
 final answer (normalised; ``""`` when it has none, e.g. a response cut at the cap before a closed ``\\boxed``).

@@ -75,7 +75,13 @@ def logit_margin(logits):
 
 
 _OPS = (
-    "topk_logprobs", "floored_js", "probe_js", "probe_js_topk", "lens_logprobs", "lens_readouts", "surprisal_entropy",
+    "topk_logprobs",
+    "floored_js",
+    "probe_js",
+    "probe_js_topk",
+    "lens_logprobs",
+    "lens_readouts",
+    "surprisal_entropy",
     "logit_margin",
 )
 for _name in _OPS:

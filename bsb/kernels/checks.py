@@ -32,7 +32,13 @@ def check_float(
     if not x.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     if x.ndim < min_ndim or (max_ndim is not None and x.ndim > max_ndim):
-        want = f"{min_ndim}" if max_ndim == min_ndim else f">= {min_ndim}" if max_ndim is None else f"{min_ndim}..{max_ndim}"
+        want = (
+            f"{min_ndim}"
+            if max_ndim == min_ndim
+            else f">= {min_ndim}"
+            if max_ndim is None
+            else f"{min_ndim}..{max_ndim}"
+        )
         raise ValueError(f"{name} must have {want} dimensions, got shape {tuple(x.shape)}")
     if x.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(x.shape)}); pass at least one element")
@@ -104,7 +110,9 @@ def _check_topk_side(side: str, logp: object, idx: object) -> None:
     if not isinstance(idx, torch.Tensor) or idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
         raise ValueError(f"idx_{side} must be an integer tensor of token ids")
     if idx.shape != lp.shape:
-        raise ValueError(f"idx_{side} has shape {tuple(idx.shape)} but logp_{side} has {tuple(lp.shape)}; they must match")
+        raise ValueError(
+            f"idx_{side} has shape {tuple(idx.shape)} but logp_{side} has {tuple(lp.shape)}; they must match"
+        )
     if torch.isposinf(lp).any() or (lp > 1e-4).any():
         raise ValueError(f"logp_{side} must hold log-probabilities (<= 0, or -inf for a token outside the support)")
     if (lp == float("-inf")).all(dim=-1).any():
@@ -121,11 +129,14 @@ def check_topk_pair(logp_a: object, idx_a: object, logp_b: object, idx_b: object
     _check_topk_side("b", logp_b, idx_b)
     if logp_a.shape[:-1] != logp_b.shape[:-1]:  # type: ignore[union-attr]
         raise ValueError(
-            f"logp_a and logp_b must share their leading dimensions, got {tuple(logp_a.shape)} and {tuple(logp_b.shape)}"  # type: ignore[union-attr]
+            "logp_a and logp_b must share their leading dimensions, got "
+            f"{tuple(logp_a.shape)} and {tuple(logp_b.shape)}"  # type: ignore[union-attr]
         )
 
 
-_CHAIN_ORDER_MESSAGE = "chain_index: the rows of each chain must be contiguous and in chain order (a chain id reappears)"
+_CHAIN_ORDER_MESSAGE = (
+    "chain_index: the rows of each chain must be contiguous and in chain order (a chain id reappears)"
+)
 
 
 def check_chain_index(chain_index: object, n: int, scan: bool = True, device_ok: bool = False) -> torch.Tensor:
@@ -151,7 +162,9 @@ def check_tokens(tokens: object, lead_shape: torch.Size, vocab: int, name: str =
     if not isinstance(tokens, torch.Tensor) or tokens.is_floating_point() or tokens.dtype == torch.bool:
         raise ValueError(f"{name} must be an integer tensor of token ids")
     if tokens.shape != lead_shape:
-        raise ValueError(f"{name} must have shape {tuple(lead_shape)} (the logits without their last dim), got {tuple(tokens.shape)}")
+        raise ValueError(
+            f"{name} must have shape {tuple(lead_shape)} (the logits without their last dim), got {tuple(tokens.shape)}"
+        )
     if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab):
         raise ValueError(f"{name} holds ids outside [0, {vocab}); check the tokenizer and the vocabulary size")
     return tokens
@@ -166,7 +179,9 @@ def check_lens_inputs(hidden, norm_weight, unembed, targets, eps, norm, norm_bia
     check_float("norm_weight", norm_weight, 1, 1, scan=False)
     check_float("unembed", unembed, 2, 2, scan=False)
     if norm_weight.shape != (d,):
-        raise ValueError(f"norm_weight must have shape ({d},) to match hidden's last dim, got {tuple(norm_weight.shape)}")
+        raise ValueError(
+            f"norm_weight must have shape ({d},) to match hidden's last dim, got {tuple(norm_weight.shape)}"
+        )
     if unembed.shape[1] != d:
         raise ValueError(f"unembed must have shape (V, {d}) (the lm_head weight), got {tuple(unembed.shape)}")
     if norm not in ("rms", "layer"):

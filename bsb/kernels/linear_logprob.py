@@ -56,8 +56,12 @@ class _LinearTokenLogprob(torch.autograd.Function):
         enabled, dtype = ctx.autocast
         n, v = hidden.shape[0], weight.shape[0]
         grad = grad.float()
-        g_hidden = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device) if ctx.needs_input_grad[0] else None
-        g_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if ctx.needs_input_grad[1] else None
+        g_hidden = (
+            torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device) if ctx.needs_input_grad[0] else None
+        )
+        g_weight = (
+            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if ctx.needs_input_grad[1] else None
+        )
         same = torch.autocast(device_type=hidden.device.type, dtype=dtype) if enabled else contextlib.nullcontext()
         with same:  # recompute the logits exactly as the forward did
             for r0 in range(0, n, row_chunk):
@@ -75,12 +79,22 @@ class _LinearTokenLogprob(torch.autograd.Function):
                         g_hidden[r0 : r0 + row_chunk] += d @ w.float()
                     if g_weight is not None:
                         g_weight[c0 : c0 + vocab_chunk] += d.T @ h.float()
-        return (g_hidden.to(hidden.dtype) if g_hidden is not None else None,
-                g_weight.to(weight.dtype) if g_weight is not None else None, None, None, None)
+        return (
+            g_hidden.to(hidden.dtype) if g_hidden is not None else None,
+            g_weight.to(weight.dtype) if g_weight is not None else None,
+            None,
+            None,
+            None,
+        )
 
 
-def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, row_chunk: int = ROW_CHUNK,
-                          vocab_chunk: int = VOCAB_CHUNK) -> torch.Tensor:
+def linear_token_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    row_chunk: int = ROW_CHUNK,
+    vocab_chunk: int = VOCAB_CHUNK,
+) -> torch.Tensor:
     """log softmax(hidden @ weight.T) at ``targets``, differentiable in ``hidden`` and ``weight``.
 
     Args:
@@ -95,7 +109,9 @@ def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: t
     if hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"hidden (N, d={hidden.shape[1]}) and weight (V, d={weight.shape[1]}) disagree on d")
     if targets.shape != hidden.shape[:1] or targets.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"targets must be (N,) = ({hidden.shape[0]},) integer token ids, got {tuple(targets.shape)} {targets.dtype}")
+        raise ValueError(
+            f"targets must be (N,) = ({hidden.shape[0]},) integer token ids, got {tuple(targets.shape)} {targets.dtype}"
+        )
     if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= weight.shape[0]):
         raise ValueError(f"targets must lie in [0, V={weight.shape[0]})")
     if row_chunk < 1 or vocab_chunk < 1:

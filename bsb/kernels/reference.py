@@ -65,9 +65,7 @@ def topk_logprobs(logits: torch.Tensor, k: int = 20) -> tuple[torch.Tensor, torc
     return vals[..., :k].contiguous(), idx[..., :k].contiguous()
 
 
-def floored_js(
-    logp_a: torch.Tensor, idx_a: torch.Tensor, logp_b: torch.Tensor, idx_b: torch.Tensor
-) -> torch.Tensor:
+def floored_js(logp_a: torch.Tensor, idx_a: torch.Tensor, logp_b: torch.Tensor, idx_b: torch.Tensor) -> torch.Tensor:
     """Floored Jensen–Shannon divergence between two top-k beliefs (Eq. 2 then Eq. 1), in nats.
 
     With supports S_a, S_b (the entries whose log-prob is finite) and S = S_a ∪ S_b, each side keeps its own
@@ -249,7 +247,7 @@ def lens_readouts(profiles: torch.Tensor, eps: float = 0.1) -> tuple[torch.Tenso
         raise ValueError(f"eps must be a non-negative float, got {eps!r}")
     b = profiles.float()
     n_layers = b.shape[1]
-    deep = b[:, n_layers - math.ceil(n_layers / 2):].mean(-1)  # (B,)
+    deep = b[:, n_layers - math.ceil(n_layers / 2) :].mean(-1)  # (B,)
     rng = b.max(-1, keepdim=True).values - b.min(-1, keepdim=True).values  # (B, 1)
     locked = (b - b[:, -1:]).abs() <= eps * rng  # (B, layers); the last layer always qualifies
     lstar = locked.int().argmax(-1).float()  # (B,) first qualifying layer
@@ -283,7 +281,7 @@ def surprisal_entropy(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch
 
 
 def logit_margin(logits: torch.Tensor) -> torch.Tensor:
-    """Top-1 minus top-2 raw logit per position, Δz_t of seed 001 §5.6 (MinMargin / FirstGap forks).
+    """Top-1 minus top-2 raw logit per position, Δz_t of [TwoStage] §5.6 (MinMargin / FirstGap forks).
 
     Args:
         logits: (..., V) any float dtype, V >= 2.

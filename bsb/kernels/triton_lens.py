@@ -30,16 +30,33 @@ def _configs(dtype: str) -> list[triton.Config]:
     bf16 operands take wider tiles; fp32 (3xTF32: three dots per tile) narrower ones."""
     if INTERPRET:  # the interpreter executes tiles as numpy arrays: small tiles, one config
         return [triton.Config({"BM": 16, "BN": 64, "BK": 32, "GROUP": 2}, num_warps=4)]
-    shapes = ((64, 128, 64, 4, 4), (64, 256, 64, 8, 3), (128, 128, 64, 8, 3)) if dtype == "bf16" else \
-        ((64, 64, 32, 4, 3), (64, 128, 32, 8, 3), (128, 64, 32, 8, 3))
-    return [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP": 4}, num_warps=w, num_stages=st) for bm, bn, bk, w, st in shapes]
+    shapes = (
+        ((64, 128, 64, 4, 4), (64, 256, 64, 8, 3), (128, 128, 64, 8, 3))
+        if dtype == "bf16"
+        else ((64, 64, 32, 4, 3), (64, 128, 32, 8, 3), (128, 64, 32, 8, 3))
+    )
+    return [
+        triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP": 4}, num_warps=w, num_stages=st)
+        for bm, bn, bk, w, st in shapes
+    ]
 
 
 @triton.jit
 def _lens_lse_kernel(
-    x_ptr, u_ptr, m_ptr, s_ptr, R, V, D, SPLITS,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
+    x_ptr,
+    u_ptr,
+    m_ptr,
+    s_ptr,
+    R,
+    V,
+    D,
+    SPLITS,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP: tl.constexpr,
 ):
     pid = tl.program_id(0)
     n_rb = tl.cdiv(R, BM)
@@ -65,8 +82,16 @@ def _lens_lse_kernel(
         acc = tl.zeros((BM, BN), tl.float32)
         for k0 in range(0, D, BK):
             kmask = (k0 + ks) < D
-            a = tl.load(x_ptr + rows[:, None].to(tl.int64) * D + (k0 + ks)[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0)
-            b = tl.load(u_ptr + cols[None, :].to(tl.int64) * D + (k0 + ks)[:, None], mask=cmask[None, :] & kmask[:, None], other=0.0)
+            a = tl.load(
+                x_ptr + rows[:, None].to(tl.int64) * D + (k0 + ks)[None, :],
+                mask=rmask[:, None] & kmask[None, :],
+                other=0.0,
+            )
+            b = tl.load(
+                u_ptr + cols[None, :].to(tl.int64) * D + (k0 + ks)[:, None],
+                mask=cmask[None, :] & kmask[:, None],
+                other=0.0,
+            )
             if UPCAST:  # the interpreter computes bf16 dots wrongly: fp32 operands there
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
@@ -81,8 +106,10 @@ def _lens_lse_kernel(
 
 
 # One autotuned launcher per operand width over the same kernel (the configs differ).
-_LAUNCH = {"bf16": triton.autotune(configs=_configs("bf16"), key=["R", "D", "V", "PRECISION"])(_lens_lse_kernel),
-           "fp32": triton.autotune(configs=_configs("fp32"), key=["R", "D", "V", "PRECISION"])(_lens_lse_kernel)}
+_LAUNCH = {
+    "bf16": triton.autotune(configs=_configs("bf16"), key=["R", "D", "V", "PRECISION"])(_lens_lse_kernel),
+    "fp32": triton.autotune(configs=_configs("fp32"), key=["R", "D", "V", "PRECISION"])(_lens_lse_kernel),
+}
 
 
 def _splits(rows: int, v: int, device: torch.device) -> int:
@@ -108,8 +135,9 @@ def lens_logprobs(
     check_lens_inputs(hidden, norm_weight, unembed, targets, eps, norm, norm_bias)
     n_layers, p, d = hidden.shape
     v = unembed.shape[0]
-    xn = ref.apply_final_norm(hidden.reshape(-1, d).float(), norm_weight.float(), eps, norm,
-                              None if norm_bias is None else norm_bias.float())  # (R, d) fp32, normalised once
+    xn = ref.apply_final_norm(
+        hidden.reshape(-1, d).float(), norm_weight.float(), eps, norm, None if norm_bias is None else norm_bias.float()
+    )  # (R, d) fp32, normalised once
     u = unembed.contiguous()
     tgt = targets.to(torch.int64).repeat(n_layers).to(xn.device)  # (R,)
     target_logit = (xn * u[tgt].float()).sum(-1)  # (R,): the indexed dot
@@ -120,7 +148,8 @@ def lens_logprobs(
     s = torch.empty_like(m)
     upcast = INTERPRET and u.dtype != torch.float32
     _LAUNCH["fp32" if u.dtype == torch.float32 else "bf16"][lambda meta: (triton.cdiv(rows, meta["BM"]) * splits,)](
-        x, u, m, s, rows, v, d, splits, PRECISION=_precision(u.dtype), UPCAST=upcast)
+        x, u, m, s, rows, v, d, splits, PRECISION=_precision(u.dtype), UPCAST=upcast
+    )
     big_m = m.amax(1)  # (R,)
     lse = big_m + (s * torch.exp(m - big_m[:, None])).sum(1).log()
     out = (target_logit - lse).reshape(n_layers, p)
@@ -133,9 +162,23 @@ def compile_variants() -> list:
     for dt, prec in (("bf16", "tf32"), ("fp32", "tf32x3")):
         for cfg in _configs(dt):
             meta = dict(cfg.kwargs)
-            out.append((_lens_lse_kernel, {"x_ptr": f"*{dt}", "u_ptr": f"*{dt}", "m_ptr": "*fp32", "s_ptr": "*fp32", "R": "i32",
-                                           "V": "i32", "D": "i32", "SPLITS": "i32"},
-                        {"PRECISION": prec, "UPCAST": False, **meta}, ["x_ptr", "u_ptr", "m_ptr", "s_ptr", "D"],
-                        {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
-                        f"{dt} BM={meta['BM']} BN={meta['BN']} BK={meta['BK']} w={cfg.num_warps} st={cfg.num_stages}"))
+            out.append(
+                (
+                    _lens_lse_kernel,
+                    {
+                        "x_ptr": f"*{dt}",
+                        "u_ptr": f"*{dt}",
+                        "m_ptr": "*fp32",
+                        "s_ptr": "*fp32",
+                        "R": "i32",
+                        "V": "i32",
+                        "D": "i32",
+                        "SPLITS": "i32",
+                    },
+                    {"PRECISION": prec, "UPCAST": False, **meta},
+                    ["x_ptr", "u_ptr", "m_ptr", "s_ptr", "D"],
+                    {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages},
+                    f"{dt} BM={meta['BM']} BN={meta['BN']} BK={meta['BK']} w={cfg.num_warps} st={cfg.num_stages}",
+                )
+            )
     return out

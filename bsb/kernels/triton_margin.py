@@ -1,4 +1,4 @@
-"""Triton top-1 − top-2 logit margin (Δz_t, seed 001 §5.6): one pass per row.
+"""Triton top-1 − top-2 logit margin (Δz_t, [TwoStage] §5.6): one pass per row.
 
 Each BLOCK tile contributes its largest value and the largest value left after removing one occurrence of it
 (so a tie for first place gives a margin of 0); the running pair merges as

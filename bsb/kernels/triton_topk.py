@@ -59,8 +59,20 @@ def _pack(x, cols):
 
 @triton.jit
 def _split_kernel(
-    x_ptr, cand_ptr, cnt_ptr, m_ptr, s_ptr, nan_ptr, V, stride_row, split_len, SPLITS,
-    K: tl.constexpr, KP: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr,
+    cand_ptr,
+    cnt_ptr,
+    m_ptr,
+    s_ptr,
+    nan_ptr,
+    V,
+    stride_row,
+    split_len,
+    SPLITS,
+    K: tl.constexpr,
+    KP: tl.constexpr,
+    CAP: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0)
     split = tl.program_id(1)
@@ -105,8 +117,24 @@ def _split_kernel(
 
 @triton.jit
 def _merge_kernel(
-    x_ptr, cand_ptr, cnt_ptr, m_ptr, s_ptr, nan_ptr, lp_ptr, idx_ptr, max_ptr, rnan_ptr, V, stride_row, SPLITS,
-    K: tl.constexpr, KP: tl.constexpr, CAP: tl.constexpr, SP: tl.constexpr, BLOCK: tl.constexpr,
+    x_ptr,
+    cand_ptr,
+    cnt_ptr,
+    m_ptr,
+    s_ptr,
+    nan_ptr,
+    lp_ptr,
+    idx_ptr,
+    max_ptr,
+    rnan_ptr,
+    V,
+    stride_row,
+    SPLITS,
+    K: tl.constexpr,
+    KP: tl.constexpr,
+    CAP: tl.constexpr,
+    SP: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0)
     so = tl.arange(0, SP)
@@ -217,14 +245,33 @@ def _topk_rows(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, tor
     m = torch.empty(n_rows * splits, dtype=torch.float32, device=dev)
     s = torch.empty_like(m)
     nan = torch.empty(n_rows * splits, dtype=torch.int32, device=dev)
-    _split_kernel[(n_rows, splits)](x, cand, cnt, m, s, nan, v, x.stride(0), split_len, splits, K=k, KP=kp, CAP=CAP,
-                                    BLOCK=blk)
+    _split_kernel[(n_rows, splits)](
+        x, cand, cnt, m, s, nan, v, x.stride(0), split_len, splits, K=k, KP=kp, CAP=CAP, BLOCK=blk
+    )
     lp = torch.empty(n_rows, k, dtype=torch.float32, device=dev)
     idx = torch.empty(n_rows, k, dtype=torch.int64, device=dev)
     rmax = torch.empty(n_rows, dtype=torch.float32, device=dev)
     rnan = torch.empty(n_rows, dtype=torch.int8, device=dev)
-    _merge_kernel[(n_rows,)](x, cand, cnt, m, s, nan, lp, idx, rmax, rnan, v, x.stride(0), splits, K=k, KP=kp, CAP=CAP,
-                             SP=max(2, triton.next_power_of_2(splits)), BLOCK=block(v))
+    _merge_kernel[(n_rows,)](
+        x,
+        cand,
+        cnt,
+        m,
+        s,
+        nan,
+        lp,
+        idx,
+        rmax,
+        rnan,
+        v,
+        x.stride(0),
+        splits,
+        K=k,
+        KP=kp,
+        CAP=CAP,
+        SP=max(2, triton.next_power_of_2(splits)),
+        BLOCK=block(v),
+    )
     return lp, idx, _row_status(rmax, rnan)
 
 

@@ -69,7 +69,9 @@ def distinct_held_out(make: Callable[[random.Random, int], Problem], seed: int, 
     raise ValueError(f"only {len(out)} distinct {what}; ask for fewer held-out problems or widen the task")
 
 
-def draw_fresh(make: Callable[[random.Random], Problem], rng: random.Random, n: int, exclude: Collection[str], what: str) -> list[Problem]:
+def draw_fresh(
+    make: Callable[[random.Random], Problem], rng: random.Random, n: int, exclude: Collection[str], what: str
+) -> list[Problem]:
     """``n`` generated problems (``make(rng)``) whose prompts are not in ``exclude``: a synthetic task's
     :meth:`Task.draw`; an error when the generator keeps repeating held-out prompts."""
     out = []
@@ -79,7 +81,9 @@ def draw_fresh(make: Callable[[random.Random], Problem], rng: random.Random, n: 
         p = make(rng)
         if p.prompt not in exclude:
             out.append(p)
-    raise ValueError(f"the held-out set covers (almost) every {what} problem of this difficulty: hold out fewer problems")
+    raise ValueError(
+        f"the held-out set covers (almost) every {what} problem of this difficulty: hold out fewer problems"
+    )
 
 
 class Task(ABC):
@@ -162,12 +166,17 @@ class SyntheticTask(Task):
         return f"{self.kind} problems with ops={list(self.ops)}"
 
     def held_out(self, n: int) -> list[Problem]:
-        return distinct_held_out(lambda rng, i: self.make(rng, self.ops[i % len(self.ops)], f"val-{i}"),
-                                 self.held_out_seed, n, self.describe())
+        return distinct_held_out(
+            lambda rng, i: self.make(rng, self.ops[i % len(self.ops)], f"val-{i}"),
+            self.held_out_seed,
+            n,
+            self.describe(),
+        )
 
     def draw(self, rng: random.Random, n: int, exclude: Collection[str]) -> list[Problem]:
-        return draw_fresh(lambda r: self.make(r, r.choice(self.ops), f"train-{r.getrandbits(48):012x}"), rng, n,
-                          exclude, self.kind)
+        return draw_fresh(
+            lambda r: self.make(r, r.choice(self.ops), f"train-{r.getrandbits(48):012x}"), rng, n, exclude, self.kind
+        )
 
     def sample(self, n: int, seed: int = 0) -> list[Problem]:
         rng = random.Random(seed + self.sample_seed)

@@ -12,7 +12,9 @@ from bsb.tasks.base import Problem
 PROMPT_FORMATS = ("plain", "chat")
 
 
-def render_prompt(task, problem: Problem, tokenizer=None, prompt_format: str = "plain", template: str = "{prompt}") -> str:
+def render_prompt(
+    task, problem: Problem, tokenizer=None, prompt_format: str = "plain", template: str = "{prompt}"
+) -> str:
     if prompt_format not in PROMPT_FORMATS:
         raise ValueError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {prompt_format!r}")
     text = template.format(prompt=task.format_prompt(problem))
@@ -20,7 +22,9 @@ def render_prompt(task, problem: Problem, tokenizer=None, prompt_format: str = "
         return text
     if tokenizer is None or not getattr(tokenizer, "chat_template", None):
         name = getattr(tokenizer, "name_or_path", "this tokenizer")
-        raise ValueError(f"prompt_format=chat needs a tokenizer with a chat template; {name} has none (use prompt_format=plain)")
+        raise ValueError(
+            f"prompt_format=chat needs a tokenizer with a chat template; {name} has none (use prompt_format=plain)"
+        )
     messages = problem.meta.get("messages") if template == "{prompt}" else None
     messages = list(messages) if messages else [{"role": "user", "content": text}]
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

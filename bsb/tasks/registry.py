@@ -1,4 +1,5 @@
-"""Tasks by name: ``walk`` (the embedded default), ``math``, ``arith``, ``code``, or ``package.module:ClassName`` for a task of your own.
+"""Tasks by name: ``walk`` (the embedded default), ``math``, ``arith``, ``code``, or ``package.module:ClassName`` for
+a task of your own.
 
 :func:`make_task` builds and checks a task before any model is loaded: an unknown name, a module that does not
 import, a class that does not satisfy the :class:`~bsb.tasks.base.Task` protocol, or an option the task does not
@@ -24,7 +25,11 @@ def _not_a_task_class(obj) -> str:
     if not isinstance(obj, type):
         return "not a class (subclass bsb.tasks.base.Task)"
     missing = [m for m in METHODS if not callable(getattr(obj, m, None))]
-    return f"does not satisfy the Task protocol: missing {', '.join(missing)} (subclass bsb.tasks.base.Task)" if missing else ""
+    return (
+        f"does not satisfy the Task protocol: missing {', '.join(missing)} (subclass bsb.tasks.base.Task)"
+        if missing
+        else ""
+    )
 
 
 TASKS: Registry[type] = Registry("task", _not_a_task_class)
@@ -44,7 +49,9 @@ def make_task(name: str, options: Mapping | None = None) -> Task:
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     unknown = sorted(set(options) - set(params)) if not takes_any else []
     if unknown:
-        raise ValueError(f"task {name!r} has no option(s) {', '.join(unknown)}; its options are: {', '.join(params) or 'none'}")
+        raise ValueError(
+            f"task {name!r} has no option(s) {', '.join(unknown)}; its options are: {', '.join(params) or 'none'}"
+        )
     task = cls(**options)
     check_task(task, name)
     return task
@@ -56,8 +63,10 @@ def check_task(task, name: str = "task") -> None:
     missing = [m for m in METHODS if not callable(getattr(task, m, None))]
     missing += [a for a in ATTRIBUTES if getattr(task, a, None) is None]
     if missing:
-        raise ValueError(f"task {name!r} ({type(task).__name__}) does not satisfy the Task protocol: missing {', '.join(missing)} "
-                         "(subclass bsb.tasks.base.Task)")
+        raise ValueError(
+            f"task {name!r} ({type(task).__name__}) does not satisfy the Task protocol: missing {', '.join(missing)} "
+            "(subclass bsb.tasks.base.Task)"
+        )
     if not isinstance(task.probe_suffix, str) or not task.probe_suffix:
         raise ValueError(f"task {name!r}: probe_suffix must be a non-empty string (the elicitation suffix)")
     if not isinstance(task.read_len, int) or task.read_len < 1:

@@ -1,4 +1,4 @@
-"""Per-token advantages of one prompt's tree: TreeRL (seed 000 Eq. 7), flat GRPO, and seed 001's prefix credit.
+"""Per-token advantages of one prompt's tree: TreeRL ([Fork] Eq. 7), flat GRPO, and [TwoStage]'s prefix credit.
 
 Every function takes a :class:`~bsb.train.tree.PromptTree` with rewards filled in and returns one float32
 tensor per leaf, of the leaf's response length: the advantage of each response token.
@@ -12,14 +12,14 @@ tensor per leaf, of the leaf's response length: the advantage of each response t
   ``A · w_j / W``.
 * :func:`grpo_advantages`, the flat chain baseline: ``(R − R̄) / (σ_R + 1e-4)`` on every token (σ_R the
   population standard deviation of the group's rewards).
-* :func:`prefix_credit_advantages`, seed 001 §4.3: for a group k with a shared prefix,
+* :func:`prefix_credit_advantages`, [TwoStage] §4.3: for a group k with a shared prefix,
   ``A_prefix = (Ṽ_k − R̄)/(σ_R + 1e-4)`` with ``Ṽ_k = (1 − β) V̂_k + β M_k`` (descendant mean V̂, max backup M),
   and ``A_cont = ((1 − α)(R − R̄) + α (R − V̂_k))/(σ_R + 1e-4)`` on the continuation; a group with no shared
-  prefix gets plain leaf credit ``(R − R̄)/(σ_R + 1e-4)`` on all tokens. ``clamped=True`` is seed 001's one-sided
+  prefix gets plain leaf credit ``(R − R̄)/(σ_R + 1e-4)`` on all tokens. ``clamped=True`` is [TwoStage]'s one-sided
   prefix clamping (``--clamped-prefix``, Proposition 3): in a group whose leaves disagree, a winning leaf (R = M_k)
   keeps its own credit ``(R − R̄)/(σ_R + 1e-4)`` on the shared prefix and a losing leaf's prefix credit is clamped
   to ``max(0, (Ṽ_k − R̄)/(σ_R + 1e-4))``; the paper shows the net prefix weight is then positive for all R̄ < 1.
-* :func:`zero_continuation_mass`, seed 001 Arm 11 (``--zero-cont-token-mass``): the continuation tokens'
+* :func:`zero_continuation_mass`, [TwoStage] Arm 11 (``--zero-cont-token-mass``): the continuation tokens'
   advantages of a tree are shifted by a common constant so that their signed token mass ``Σ_tokens A`` is zero.
 """
 
@@ -32,11 +32,12 @@ import torch
 from bsb.registry import Registry
 from bsb.train.tree import PromptTree
 
-STD_EPS = 1e-4  # seed 001's σ_R + 1e-4
+STD_EPS = 1e-4  # [TwoStage]'s σ_R + 1e-4
 
 
-def _broadcast(tree: PromptTree, prefix_adv: dict[int, float], leaf_adv: list[float],
-               leaf_prefix: dict[int, float] | None = None) -> list[torch.Tensor]:
+def _broadcast(
+    tree: PromptTree, prefix_adv: dict[int, float], leaf_adv: list[float], leaf_prefix: dict[int, float] | None = None
+) -> list[torch.Tensor]:
     """Per-token advantages: the group's prefix advantage (or a leaf's own, ``leaf_prefix[i]``) on the shared
     prefix, the leaf's advantage on its own tokens."""
     out = []
@@ -92,10 +93,15 @@ def grpo_advantages(tree: PromptTree) -> list[torch.Tensor]:
     if not tree.leaves:
         return []
     mean, std = _mean_std(tree.rewards)
-    return [torch.full((len(leaf.response),), (leaf.reward - mean) / (std + STD_EPS), dtype=torch.float32) for leaf in tree.leaves]
+    return [
+        torch.full((len(leaf.response),), (leaf.reward - mean) / (std + STD_EPS), dtype=torch.float32)
+        for leaf in tree.leaves
+    ]
 
 
-def prefix_credit_advantages(tree: PromptTree, beta: float = 0.0, alpha: float = 0.5, clamped: bool = False) -> list[torch.Tensor]:
+def prefix_credit_advantages(
+    tree: PromptTree, beta: float = 0.0, alpha: float = 0.5, clamped: bool = False
+) -> list[torch.Tensor]:
     if not 0.0 <= beta <= 1.0 or not 0.0 <= alpha <= 1.0:
         raise ValueError(f"beta and alpha must be in [0, 1], got beta={beta}, alpha={alpha}")
     if not tree.leaves:
@@ -128,7 +134,7 @@ def prefix_credit_advantages(tree: PromptTree, beta: float = 0.0, alpha: float =
 
 def zero_continuation_mass(tree: PromptTree, advs: list[torch.Tensor]) -> list[torch.Tensor]:
     """Shift every continuation token's advantage (``response[prefix_len:]`` of each leaf) by one constant so that
-    their sum over the tree is zero; shared-prefix tokens are unchanged (seed 001 Arm 11)."""
+    their sum over the tree is zero; shared-prefix tokens are unchanged ([TwoStage] Arm 11)."""
     conts = [a[leaf.prefix_len :] for a, leaf in zip(advs, tree.leaves)]
     n = sum(c.numel() for c in conts)
     if n == 0:
@@ -162,13 +168,25 @@ def _grpo(tree: PromptTree, **_) -> list[torch.Tensor]:
 
 
 @ADVANTAGES.register("prefix_credit")
-def _prefix_credit(tree: PromptTree, *, beta: float = 0.0, alpha: float = 0.5, clamped: bool = False, **_) -> list[torch.Tensor]:
+def _prefix_credit(
+    tree: PromptTree, *, beta: float = 0.0, alpha: float = 0.5, clamped: bool = False, **_
+) -> list[torch.Tensor]:
     return prefix_credit_advantages(tree, beta, alpha, clamped)
 
 
-def advantages(tree: PromptTree, kind: str, newline_mask: torch.Tensor | None = None, beta: float = 0.0, alpha: float = 0.5,
-               subsegments: bool = False, clamped: bool = False, zero_cont_mass: bool = False) -> list[torch.Tensor]:
+def advantages(
+    tree: PromptTree,
+    kind: str,
+    newline_mask: torch.Tensor | None = None,
+    beta: float = 0.0,
+    alpha: float = 0.5,
+    subsegments: bool = False,
+    clamped: bool = False,
+    zero_cont_mass: bool = False,
+) -> list[torch.Tensor]:
     """The estimator ``kind`` (registered in :data:`ADVANTAGES`, or ``package.module:function``);
     ``zero_cont_mass`` then centres the continuations."""
-    out = ADVANTAGES.get(kind)(tree, newline_mask=newline_mask, beta=beta, alpha=alpha, subsegments=subsegments, clamped=clamped)
+    out = ADVANTAGES.get(kind)(
+        tree, newline_mask=newline_mask, beta=beta, alpha=alpha, subsegments=subsegments, clamped=clamped
+    )
     return zero_continuation_mass(tree, out) if zero_cont_mass else out

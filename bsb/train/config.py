@@ -1,6 +1,6 @@
 """The trainer's configuration: one typed dataclass, validated on construction, loadable from YAML.
 
-Defaults follow seed 000 App. A where they make sense at the embedded default's scale (M=4, k=2, C=16,
+Defaults follow [Fork] App. A where they make sense at the embedded default's scale (M=4, k=2, C=16,
 clipping 0.2/0.28, token-mean, no KL, dynamic sampling, TreeRL advantages), with a learning rate, batch and
 response budget sized for the tiny model on a CPU.
 """
@@ -35,28 +35,49 @@ class TrainConfig(ProbeConfig):
     flat) and the fields below."""
 
     # --- model and task
-    model: str = _f("embedded", "a local Hugging Face checkpoint directory, or 'embedded' (the tiny synthetic-task model)")
-    plugins: list = _f([], "modules imported first, e.g. [my_pkg.selectors]: they register their own selectors, advantages, "
-                           "losses or tasks (bsb.registry), then named here by their registered names")
-    task: str = _f("walk", "what is learned: walk (synthetic map walks, the embedded default), arith (the earlier synthetic "
-                           "arithmetic), code, math (problem files), or package.module:Class")
-    task_options: dict = _f({}, "the task's options, e.g. {ops: [14, 16]} for walk, {train_file: a.jsonl, "
-                                "val_file: b.jsonl, gate_chars: 30} for math; set one with --set task_options.NAME=VALUE")
-    prompt_format: str = _f("plain", "plain (base models: the prompt text) | chat (the tokenizer's chat template; verl rows keep "
-                                     "their messages); config.yaml records a rendered example")
+    model: str = _f(
+        "embedded", "a local Hugging Face checkpoint directory, or 'embedded' (the tiny synthetic-task model)"
+    )
+    plugins: list = _f(
+        [],
+        "modules imported first, e.g. [my_pkg.selectors]: they register their own selectors, advantages, "
+        "losses or tasks (bsb.registry), then named here by their registered names",
+    )
+    task: str = _f(
+        "walk",
+        "what is learned: walk (synthetic map walks, the embedded default), arith (the earlier synthetic "
+        "arithmetic), code, math (problem files), or package.module:Class",
+    )
+    task_options: dict = _f(
+        {},
+        "the task's options, e.g. {ops: [14, 16]} for walk, {train_file: a.jsonl, "
+        "val_file: b.jsonl, gate_chars: 30} for math; set one with --set task_options.NAME=VALUE",
+    )
+    prompt_format: str = _f(
+        "plain",
+        "plain (base models: the prompt text) | chat (the tokenizer's chat template; verl rows keep "
+        "their messages); config.yaml records a rendered example",
+    )
     prompt_template: str = _f("{prompt}", "how the task's prompt text becomes the model's input ({prompt} is replaced)")
     val_problems: int = _f(128, "held-out problems used for validation (the first N of the task's held-out set)")
     val_temperature: float = _f(1.0, "validation decoding temperature (the paper: 1.0 with top-p 0.95); 0: greedy")
     val_top_p: float = _f(0.95, "validation nucleus")
     val_samples: int = _f(4, "draws per held-out problem (1 when greedy)")
     # --- rollout
-    rollout: str = _f("tree", "tree (seed 000) | two_stage (seed 001 §4.2) | flat (GRPO groups)")
+    rollout: str = _f("tree", "tree ([Fork]) | two_stage ([TwoStage] §4.2) | flat (GRPO groups)")
     chains: int = _f(4, "M root chains per prompt (tree); K roots (two_stage); group size M(1+k) for flat")
     siblings: int = _f(2, "k continuations per fork (tree); B branches per root (two_stage)")
-    bifurcate_after_active: int = _f(0, "seed 001's flat warm-up: flat groups until this many active steps have passed, then "
-                                        "the tree / two-stage rollout (3 in the paper); 0: bifurcate from the start")
-    selector: str = _f("probe_js", "fork-point selector of the tree rollout: "
-                       + ", ".join(n for n, c in SELECTORS.items() if c.trainable) + ", or package.module:Class")
+    bifurcate_after_active: int = _f(
+        0,
+        "[TwoStage]'s flat warm-up: flat groups until this many active steps have passed, then "
+        "the tree / two-stage rollout (3 in the paper); 0: bifurcate from the start",
+    )
+    selector: str = _f(
+        "probe_js",
+        "fork-point selector of the tree rollout: "
+        + ", ".join(n for n, c in SELECTORS.items() if c.trainable)
+        + ", or package.module:Class",
+    )
     max_refills: int = _f(2, "refill rounds for chains that cannot fork")
     two_stage_t_min: int = _f(96, "T_min of the causal newline stop (two_stage)")
     two_stage_t_max: int = _f(160, "T_max, the stage-1 length and latest stop (two_stage)")
@@ -69,18 +90,28 @@ class TrainConfig(ProbeConfig):
     overlong_buffer: int = _f(16, "DAPO soft overlong buffer in tokens; 0: off")
     overlong_factor: float = _f(1.0, "DAPO overlong penalty factor")
     dynamic_sampling: bool = _f(True, "DAPO dynamic sampling: train only groups whose outcomes differ")
-    keep_by: str = _f("accuracy", "what must differ for dynamic sampling to keep a group: accuracy (seed 000 App. A, DAPO's "
-                                  "metric) | reward (then leaves that differ only by the overlong penalty count)")
+    keep_by: str = _f(
+        "accuracy",
+        "what must differ for dynamic sampling to keep a group: accuracy ([Fork] App. A, DAPO's "
+        "metric) | reward (then leaves that differ only by the overlong penalty count)",
+    )
     # --- advantages and loss
-    advantage: str = _f("treerl", "treerl (Eq. 7) | grpo | prefix_credit (seed 001 §4.3)")
+    advantage: str = _f("treerl", "treerl (Eq. 7) | grpo | prefix_credit ([TwoStage] §4.3)")
     subsegments: bool = _f(False, "TreeRL: subdivide segment advantages width-proportionally at line breaks")
-    prefix_beta: float = _f(0.0, "prefix_credit: max-backup bonus β (0.25 in seed 001's bonus arms)")
+    prefix_beta: float = _f(0.0, "prefix_credit: max-backup bonus β (0.25 in [TwoStage]'s bonus arms)")
     prefix_alpha: float = _f(0.5, "prefix_credit: continuation mix α")
-    clamped_prefix: bool = _f(False, "prefix_credit: seed 001's one-sided prefix clamping (Proposition 3; an ablation that fails)")
-    zero_cont_token_mass: bool = _f(False, "seed 001 Arm 11: centre continuation advantages to zero signed token mass per question")
-    loss: str = _f("composite", "composite (PPO clip, token-mean) | flat (sequence-summed log-probs, seed 001)")
-    loss_agg: str = _f("token-mean", "composite loss aggregation (verl's loss_agg_mode): token-mean (the paper) | seq-mean-token-mean "
-                                     "(standard GRPO) | seq-mean-token-sum")
+    clamped_prefix: bool = _f(
+        False, "prefix_credit: [TwoStage]'s one-sided prefix clamping (Proposition 3; an ablation that fails)"
+    )
+    zero_cont_token_mass: bool = _f(
+        False, "[TwoStage] Arm 11: centre continuation advantages to zero signed token mass per question"
+    )
+    loss: str = _f("composite", "composite (PPO clip, token-mean) | flat (sequence-summed log-probs, [TwoStage])")
+    loss_agg: str = _f(
+        "token-mean",
+        "composite loss aggregation (verl's loss_agg_mode): token-mean (the paper) | seq-mean-token-mean "
+        "(standard GRPO) | seq-mean-token-sum",
+    )
     clip_low: float = _f(0.2, "PPO clip ε_low")
     clip_high: float = _f(0.28, "PPO clip ε_high (clip-higher; 0.2 = symmetric, standard GRPO)")
     # --- batching and optimisation
@@ -88,23 +119,35 @@ class TrainConfig(ProbeConfig):
     prompts_per_step: int = _f(8, "P_train groups trained per step")
     gen_prompts: int = _f(16, "P_gen prompts generated per round (dynamic sampling keeps the informative groups)")
     max_gen_rounds: int = _f(2, "generation rounds per step to fill P_train groups")
-    homogeneous: str = _f("zero_grad_step", "a mini-batch with no non-zero advantage: zero_grad_step | skip_step | backward")
+    homogeneous: str = _f(
+        "zero_grad_step", "a mini-batch with no non-zero advantage: zero_grad_step | skip_step | backward"
+    )
     minibatches: int = _f(1, "optimizer steps per rollout batch (PPO ratios move from 1 after the first)")
     micro_batch: int = _f(16, "rows per forward/backward (gradient accumulation; does not change the loss)")
-    unit_question_grad: bool = _f(False, "seed 001 Arm 11: each question's gradient scaled to unit norm before accumulation")
+    unit_question_grad: bool = _f(
+        False, "[TwoStage] Arm 11: each question's gradient scaled to unit norm before accumulation"
+    )
     grad_accum_questions: int = _f(1, "questions per optimizer step when unit_question_grad (4 in Arm 11)")
-    lr: float = _f(2e-4, "learning rate (2e-4 for the embedded default; 1e-3 collapses it; the paper uses 1e-6 on 4-9B models)")
+    lr: float = _f(
+        2e-4, "learning rate (2e-4 for the embedded default; 1e-3 collapses it; the paper uses 1e-6 on 4-9B models)"
+    )
     weight_decay: float = _f(0.1, "AdamW weight decay")
     warmup_steps: int = _f(2, "linear learning-rate warm-up in optimizer steps")
     grad_clip: float = _f(1.0, "gradient norm clip")
     # --- run
     backend: str = _f("auto", "rollout engine: auto (vLLM when installed) | vllm | hf")
     device: str = _f("auto", "auto (CUDA when present, else CPU) | cpu | cuda | cuda:N")
-    dtype: str = _f("auto", "compute dtype: auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32; training keeps fp32 "
-                            "master weights and AdamW state and runs forwards under autocast")
-    vllm_gpu_memory_utilization: float = _f(0.5, "GPU memory share of the colocated vLLM engine (the paper: 0.5 with a scorer); the "
-                                                 "rest is the trainer's")
-    vllm_sleep: bool = _f(True, "put the vLLM engine to sleep (weights offloaded, KV cache freed) during the update, on CUDA")
+    dtype: str = _f(
+        "auto",
+        "compute dtype: auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32; training keeps fp32 "
+        "master weights and AdamW state and runs forwards under autocast",
+    )
+    vllm_gpu_memory_utilization: float = _f(
+        0.5, "GPU memory share of the colocated vLLM engine (the paper: 0.5 with a scorer); the rest is the trainer's"
+    )
+    vllm_sleep: bool = _f(
+        True, "put the vLLM engine to sleep (weights offloaded, KV cache freed) during the update, on CUDA"
+    )
     seed: int = _f(0, "the run's seed; every sampling stream derives from (seed, step, round, phase)")
     out_dir: str = _f("runs/bsb", "metrics.jsonl, config.yaml, checkpoints and the final model go here")
     val_every: int = _f(10, "validate every N steps (and at the start and the end); 0: only start and end")
@@ -115,6 +158,8 @@ class TrainConfig(ProbeConfig):
     def __post_init__(self):
         self.task_options = dict(self.task_options or {})
         self.margin_window = list(self.margin_window)
+        if isinstance(self.plugins, str):
+            raise ValueError(f"invalid config: plugins must be a list of module names, got {self.plugins!r}")
         self.plugins = list(self.plugins or [])
         try:
             import_plugins(self.plugins)
@@ -127,31 +172,69 @@ class TrainConfig(ProbeConfig):
         if problems:
             raise ValueError(f"invalid config: {problems[0]}")
         checks = [
-            (isinstance(self.task, str) and bool(self.task), "task must name a task (walk, arith, code, math, or package.module:Class)"),
+            (
+                isinstance(self.task, str) and bool(self.task),
+                "task must name a task (walk, arith, code, math, or package.module:Class)",
+            ),
             (self.rollout in ROLLOUTS, f"rollout must be one of {', '.join(ROLLOUTS)}, got {self.rollout!r}"),
             (selector.trainable, f"the {self.selector} selector cannot choose RL forks: {selector.untrainable}"),
             (self.loss_agg in LOSS_AGGS, f"loss_agg must be one of {', '.join(LOSS_AGGS)}, got {self.loss_agg!r}"),
-            (self.homogeneous in HOMOGENEOUS, f"homogeneous must be one of {', '.join(HOMOGENEOUS)}, got {self.homogeneous!r}"),
+            (
+                self.homogeneous in HOMOGENEOUS,
+                f"homogeneous must be one of {', '.join(HOMOGENEOUS)}, got {self.homogeneous!r}",
+            ),
             (self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}"),
-            (0 < self.vllm_gpu_memory_utilization < 1, f"vllm_gpu_memory_utilization must be in (0, 1), got {self.vllm_gpu_memory_utilization}"),
-            (self.prompt_format in PROMPT_FORMATS, f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}"),
+            (
+                0 < self.vllm_gpu_memory_utilization < 1,
+                f"vllm_gpu_memory_utilization must be in (0, 1), got {self.vllm_gpu_memory_utilization}",
+            ),
+            (
+                self.prompt_format in PROMPT_FORMATS,
+                f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}",
+            ),
             (self.keep_by in KEEP_BY, f"keep_by must be one of {', '.join(KEEP_BY)}, got {self.keep_by!r}"),
-            (self.early_eos in EARLY_EOS_RULES, f"early_eos must be one of {', '.join(EARLY_EOS_RULES)}, got {self.early_eos!r}"),
+            (
+                self.early_eos in EARLY_EOS_RULES,
+                f"early_eos must be one of {', '.join(EARLY_EOS_RULES)}, got {self.early_eos!r}",
+            ),
             (self.chains >= 1, f"chains (M) must be >= 1, got {self.chains}"),
             (self.siblings >= 1, f"siblings (k) must be >= 1, got {self.siblings}"),
-            (self.bifurcate_after_active >= 0, f"bifurcate_after_active must be >= 0, got {self.bifurcate_after_active}"),
+            (
+                self.bifurcate_after_active >= 0,
+                f"bifurcate_after_active must be >= 0, got {self.bifurcate_after_active}",
+            ),
             (self.steps >= 1 and self.prompts_per_step >= 1, "steps and prompts_per_step must be >= 1"),
-            (self.gen_prompts >= self.prompts_per_step, f"gen_prompts ({self.gen_prompts}) must be >= prompts_per_step ({self.prompts_per_step})"),
-            (self.max_gen_rounds >= 1 and self.minibatches >= 1 and self.micro_batch >= 1, "max_gen_rounds, minibatches and micro_batch must be >= 1"),
+            (
+                self.gen_prompts >= self.prompts_per_step,
+                f"gen_prompts ({self.gen_prompts}) must be >= prompts_per_step ({self.prompts_per_step})",
+            ),
+            (
+                self.max_gen_rounds >= 1 and self.minibatches >= 1 and self.micro_batch >= 1,
+                "max_gen_rounds, minibatches and micro_batch must be >= 1",
+            ),
             (self.grad_accum_questions >= 1, f"grad_accum_questions must be >= 1, got {self.grad_accum_questions}"),
-            (not self.unit_question_grad or self.minibatches == 1, "unit_question_grad sets its own optimizer steps: keep minibatches=1"),
-            (not self.clamped_prefix or self.advantage == "prefix_credit", "clamped_prefix modifies prefix_credit: set advantage=prefix_credit"),
-            (self.temperature > 0 and 0 < self.top_p <= 1, "rollouts sample: temperature must be > 0 and top_p in (0, 1]"),
+            (
+                not self.unit_question_grad or self.minibatches == 1,
+                "unit_question_grad sets its own optimizer steps: keep minibatches=1",
+            ),
+            (
+                not self.clamped_prefix or self.advantage == "prefix_credit",
+                "clamped_prefix modifies prefix_credit: set advantage=prefix_credit",
+            ),
+            (
+                self.temperature > 0 and 0 < self.top_p <= 1,
+                "rollouts sample: temperature must be > 0 and top_p in (0, 1]",
+            ),
             (self.lr > 0 and self.grad_clip > 0, "lr and grad_clip must be > 0"),
             (0 <= self.clip_low < 1 and self.clip_high >= 0, "clip_low must be in [0, 1) and clip_high >= 0"),
-            (self.val_every >= 0 and self.save_every >= 0 and self.val_problems >= 1, "val_every and save_every must be >= 0, val_problems >= 1"),
-            (self.val_temperature >= 0 and 0 < self.val_top_p <= 1 and self.val_samples >= 1,
-             "val_temperature must be >= 0, val_top_p in (0, 1], val_samples >= 1"),
+            (
+                self.val_every >= 0 and self.save_every >= 0 and self.val_problems >= 1,
+                "val_every and save_every must be >= 0, val_problems >= 1",
+            ),
+            (
+                self.val_temperature >= 0 and 0 < self.val_top_p <= 1 and self.val_samples >= 1,
+                "val_temperature must be >= 0, val_top_p in (0, 1], val_samples >= 1",
+            ),
             ("{prompt}" in self.prompt_template, "prompt_template must contain {prompt}"),
         ]
         for ok, message in checks:
@@ -164,11 +247,21 @@ class TrainConfig(ProbeConfig):
             raise ValueError(f"invalid config: {err}") from None
         # A probe reads the suffix and one token after a prefix; the response budget must leave room for a fork.
         if self.max_response_len < 3:
-            raise ValueError(f"invalid config: max_response_len {self.max_response_len} is smaller than a probe (a prefix, a 2-token tail)")
-        if self.rollout == "two_stage" and not 1 <= self.two_stage_t_min <= self.two_stage_t_max < self.max_response_len:
-            raise ValueError("invalid config: two_stage needs 1 <= two_stage_t_min <= two_stage_t_max < max_response_len")
+            raise ValueError(
+                f"invalid config: max_response_len {self.max_response_len} is smaller than a probe "
+                "(a prefix, a 2-token tail)"
+            )
+        if (
+            self.rollout == "two_stage"
+            and not 1 <= self.two_stage_t_min <= self.two_stage_t_max < self.max_response_len
+        ):
+            raise ValueError(
+                "invalid config: two_stage needs 1 <= two_stage_t_min <= two_stage_t_max < max_response_len"
+            )
         if not 0 <= self.overlong_buffer <= self.max_response_len:
-            raise ValueError(f"invalid config: overlong_buffer must be in [0, max_response_len], got {self.overlong_buffer}")
+            raise ValueError(
+                f"invalid config: overlong_buffer must be in [0, max_response_len], got {self.overlong_buffer}"
+            )
 
     @property
     def group_size(self) -> int:
@@ -211,7 +304,11 @@ def _coerce(name: str, hint, value):
     a value does not fit."""
     if value is None:
         return None
-    base = [t for t in typing.get_args(hint) if t is not type(None)] if typing.get_origin(hint) in (typing.Union, types.UnionType) else [hint]
+    base = (
+        [t for t in typing.get_args(hint) if t is not type(None)]
+        if typing.get_origin(hint) in (typing.Union, types.UnionType)
+        else [hint]
+    )
     target = base[0] if len(base) == 1 else None
     try:
         if target is float and not isinstance(value, bool):
@@ -229,7 +326,9 @@ def _coerce(name: str, hint, value):
                 raise ValueError
             return list(value)
     except (TypeError, ValueError):
-        raise ValueError(f"invalid config: {name} expects {getattr(target, '__name__', target)}, got {value!r}") from None
+        raise ValueError(
+            f"invalid config: {name} expects {getattr(target, '__name__', target)}, got {value!r}"
+        ) from None
     return value
 
 
@@ -252,6 +351,3 @@ def parse_overrides(pairs: list[str], base: dict | None = None) -> dict:
         else:
             out[key] = parsed
     return out
-
-
-

@@ -1,14 +1,14 @@
 """Policy-gradient losses on token log-probabilities, and the zero-gradient optimizer step.
 
-* :func:`composite_loss` (seed 000 App. A, DAPO-style): PPO ratios against the rollout policy's log-probs,
+* :func:`composite_loss` ([Fork] App. A, DAPO-style): PPO ratios against the rollout policy's log-probs,
   asymmetric clipping ``clip(r, 1 − 0.2, 1 + 0.28)``, token-mean aggregation over every response token of
   the mini-batch, no KL term, no entropy bonus. The aggregation modes are verl's ``loss_agg_mode``:
   ``token-mean`` (Σ over the mini-batch's tokens / their count), ``seq-mean-token-mean`` (each sequence's token
   mean, averaged over its sequences: standard GRPO, the paper's updater ablation with symmetric clipping 0.2/0.2),
   and ``seq-mean-token-sum`` (each sequence's token sum, averaged over its sequences).
-* :func:`flat_loss` (seed 001 §1): ``−(1/G) Σ_i Σ_t A_{i,t} log π(y_t)``, sequence-summed log-probs with each
-  token's NLL weighted before the sum (seed 001's ``compute_weighted_logprob``).
-* :func:`zero_grad_step` (seed 001 §3.2): ``param.grad = zeros_like(param); optimizer.step()``. It keeps the
+* :func:`flat_loss` ([TwoStage] §1): ``−(1/G) Σ_i Σ_t A_{i,t} log π(y_t)``, sequence-summed log-probs with each
+  token's NLL weighted before the sum ([TwoStage]'s ``compute_weighted_logprob``).
+* :func:`zero_grad_step` ([TwoStage] §3.2): ``param.grad = zeros_like(param); optimizer.step()``. It keeps the
   AdamW moment decay, bias correction and weight decay of a homogeneous step without a backward pass, and is
   bitwise equal to a 0-weighted backward on the same trajectory (tested).
 """
@@ -44,7 +44,9 @@ def pad_batch(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int
     return ids, attn, resp_mask
 
 
-def response_logprobs(model, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def response_logprobs(
+    model, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """log π(y_t | x, y_<t) of every response token: ``(logp (B, R), mask (B, R))``, differentiable.
 
     On a model family whose LM head is a plain unembedding (:data:`bsb.engine.hf_model.SUPPORTED_FAMILIES`, no bias),
@@ -58,17 +60,23 @@ def response_logprobs(model, prompts: Sequence[Sequence[int]], responses: Sequen
         return response_logprobs_full(model, prompts, responses, pad_id)
     ids, attn, mask = pad_batch(prompts, responses, pad_id)
     device = next(model.parameters()).device
-    hidden = model.model(input_ids=ids.to(device), attention_mask=attn.to(device)).last_hidden_state  # (B, W, d), final norm applied
+    hidden = model.model(
+        input_ids=ids.to(device), attention_mask=attn.to(device)
+    ).last_hidden_state  # (B, W, d), final norm applied
     rows = torch.cat([torch.full((len(r),), i) for i, r in enumerate(responses)])  # (N,)
     within = torch.cat([torch.arange(len(r)) for r in responses])  # (N,) response position
     starts = torch.tensor([len(p) for p in prompts])[rows]
-    lp = linear_token_logprobs(hidden[rows.to(device), (starts - 1 + within).to(device)], head.weight, ids[rows, starts + within].to(device))
+    lp = linear_token_logprobs(
+        hidden[rows.to(device), (starts - 1 + within).to(device)], head.weight, ids[rows, starts + within].to(device)
+    )
     out = torch.zeros(mask.shape, dtype=torch.float32, device=device)
     out = out.index_put((rows.to(device), within.to(device)), lp)  # (B, R)
     return out, mask.to(device)
 
 
-def response_logprobs_full(model, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def response_logprobs_full(
+    model, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`response_logprobs` through the model's full (B, W, V) logits (any causal LM; the specification)."""
     if any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token (the first response token is predicted from it)")
@@ -83,9 +91,17 @@ def response_logprobs_full(model, prompts: Sequence[Sequence[int]], responses: S
     return torch.stack(rows), mask.to(device)
 
 
-def composite_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, n_tokens: int | None = None,
-                   clip_low: float = 0.2, clip_high: float = 0.28, agg: str = "token-mean",
-                   n_sequences: int | None = None) -> tuple[torch.Tensor, dict]:
+def composite_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    n_tokens: int | None = None,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    agg: str = "token-mean",
+    n_sequences: int | None = None,
+) -> tuple[torch.Tensor, dict]:
     """Clipped surrogate aggregated by ``agg`` (:data:`LOSS_AGGS`). ``n_tokens`` / ``n_sequences``: the whole
     mini-batch's token / sequence count when it is split into micro-batches (default: this batch's). Returns the
     loss and the clip fraction."""
@@ -106,7 +122,9 @@ def composite_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor
     return loss, {"clip_frac": clip_frac}
 
 
-def flat_loss(logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, n_sequences: int | None = None) -> tuple[torch.Tensor, dict]:
+def flat_loss(
+    logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, n_sequences: int | None = None
+) -> tuple[torch.Tensor, dict]:
     """Sequence-summed weighted NLL averaged over ``n_sequences`` (default: the rows given)."""
     g = n_sequences if n_sequences is not None else logp.shape[0]
     return -((adv * logp) * mask.float()).sum() / g, {"clip_frac": 0.0}

@@ -2,7 +2,7 @@
 and the weight sync around them.
 
 1. :func:`draw`: the task's training problems for one generation round (seed stream ``draw``).
-2. :func:`generate_trees`: one tree per problem, as token ids: seed 000's tree rollout, seed 001's two-stage
+2. :func:`generate_trees`: one tree per problem, as token ids: [Fork]'s tree rollout, [TwoStage]'s two-stage
    sampler, flat GRPO groups, or the flat warm-up before bifurcating (:func:`rollout_kind`).
 3. :func:`score_trees`: the task's verdict on every leaf plus DAPO's overlong penalty → each leaf's reward.
 4. :func:`keep_groups`: dynamic sampling keeps the trees whose outcomes differ (by accuracy, or by reward).
@@ -83,26 +83,58 @@ def draw(task: Task, cfg: TrainConfig, step: int, round_: int, held_out: set[str
 
 
 def rollout_kind(cfg: TrainConfig, active_steps: int) -> str:
-    """The rollout of a step: seed 001's flat warm-up (``flat_warmup``) until ``bifurcate_after_active`` active
+    """The rollout of a step: [TwoStage]'s flat warm-up (``flat_warmup``) until ``bifurcate_after_active`` active
     steps have passed (the warm-up's own active steps count), then ``cfg.rollout``."""
     if cfg.rollout != "flat" and active_steps < cfg.bifurcate_after_active:
         return "flat_warmup"
     return cfg.rollout
 
 
-def generate_trees(problems: Sequence[Problem], prompts: Sequence[list[int]], kind: str, cfg: TrainConfig, ctx: RolloutContext,
-                   seed: int) -> Generated:
+def generate_trees(
+    problems: Sequence[Problem],
+    prompts: Sequence[list[int]],
+    kind: str,
+    cfg: TrainConfig,
+    ctx: RolloutContext,
+    seed: int,
+) -> Generated:
     ids, golds = [p.id for p in problems], [p.answer for p in problems]
     if kind == "tree":
         tcfg = TreeConfig(cfg.chains, cfg.siblings, cfg.max_response_len, cfg.temperature, cfg.top_p, cfg.max_refills)
-        trees, times = tree_rollout(prompts, ids, golds, ctx.backend, ctx.selector, ctx.reads, ctx.newline, tcfg, ctx.eos, seed,
-                                    ctx.answer_tokens)
+        trees, times = tree_rollout(
+            prompts,
+            ids,
+            golds,
+            ctx.backend,
+            ctx.selector,
+            ctx.reads,
+            ctx.newline,
+            tcfg,
+            ctx.eos,
+            seed,
+            ctx.answer_tokens,
+        )
         return Generated(trees, times, Counter(), kind)
     if kind == "two_stage":
-        scfg = TwoStageConfig(cfg.chains, cfg.siblings, cfg.two_stage_t_min, cfg.two_stage_t_max, cfg.max_response_len, cfg.early_eos)
-        trees, times, census = two_stage_trees(prompts, ids, golds, ctx.backend, scfg, ctx.newline, ctx.eos, seed, cfg.temperature, cfg.top_p)
+        scfg = TwoStageConfig(
+            cfg.chains, cfg.siblings, cfg.two_stage_t_min, cfg.two_stage_t_max, cfg.max_response_len, cfg.early_eos
+        )
+        trees, times, census = two_stage_trees(
+            prompts, ids, golds, ctx.backend, scfg, ctx.newline, ctx.eos, seed, cfg.temperature, cfg.top_p
+        )
         return Generated(trees, times, Counter(census), kind)
-    trees, times = flat_rollout(prompts, ids, golds, ctx.backend, cfg.group_size, cfg.max_response_len, ctx.eos, seed, cfg.temperature, cfg.top_p)
+    trees, times = flat_rollout(
+        prompts,
+        ids,
+        golds,
+        ctx.backend,
+        cfg.group_size,
+        cfg.max_response_len,
+        ctx.eos,
+        seed,
+        cfg.temperature,
+        cfg.top_p,
+    )
     census = Counter({"flat_warmup_pairs": cfg.chains * len(prompts)}) if kind == "flat_warmup" else Counter()
     return Generated(trees, times, census, kind)
 
@@ -110,8 +142,14 @@ def generate_trees(problems: Sequence[Problem], prompts: Sequence[list[int]], ki
 # ---------------------------------------------------------------------------------------------- 3. score
 
 
-def score_trees(trees: Sequence[PromptTree], problems: Sequence[Problem], task: Task, decode: Callable[[list[int]], str],
-                reward_cfg: RewardConfig, eos: int) -> Counter:
+def score_trees(
+    trees: Sequence[PromptTree],
+    problems: Sequence[Problem],
+    task: Task,
+    decode: Callable[[list[int]], str],
+    reward_cfg: RewardConfig,
+    eos: int,
+) -> Counter:
     """Fill every leaf's reward, correctness and truncation; returns the verdict reasons counted."""
     reasons: Counter = Counter()
     for tree, problem in zip(trees, problems, strict=True):
@@ -127,7 +165,8 @@ def score_trees(trees: Sequence[PromptTree], problems: Sequence[Problem], task: 
 
 
 def informative(tree: PromptTree, keep_by: str) -> bool:
-    """Whether dynamic sampling keeps ``tree``: its leaves' correctness (``accuracy``) or rewards (``reward``) differ."""
+    """Whether dynamic sampling keeps ``tree``: its leaves' correctness (``accuracy``) or rewards (``reward``)
+    differ."""
     return not (tree.accuracy_homogeneous if keep_by == "accuracy" else tree.homogeneous)
 
 
@@ -141,8 +180,16 @@ def keep_groups(trees: Sequence[PromptTree], cfg: TrainConfig) -> list[PromptTre
 def advantage_rows(kept: Sequence[PromptTree], cfg: TrainConfig, newline: torch.Tensor) -> list[Row]:
     rows = []
     for q, tree in enumerate(kept):
-        advs = advantages(tree, cfg.advantage, newline, cfg.prefix_beta, cfg.prefix_alpha, cfg.subsegments, cfg.clamped_prefix,
-                          cfg.zero_cont_token_mass)
+        advs = advantages(
+            tree,
+            cfg.advantage,
+            newline,
+            cfg.prefix_beta,
+            cfg.prefix_alpha,
+            cfg.subsegments,
+            cfg.clamped_prefix,
+            cfg.zero_cont_token_mass,
+        )
         rows += [Row(leaf.prompt, leaf.response, a, q) for leaf, a in zip(tree.leaves, advs)]
     return rows
 
@@ -151,7 +198,7 @@ def advantage_rows(kept: Sequence[PromptTree], cfg: TrainConfig, newline: torch.
 
 
 def unit_normalized_mean(grads: Sequence[Sequence[torch.Tensor]], window: int) -> list[torch.Tensor]:
-    """Seed 001 Arm 11's accumulation: ``(1/window) Σ_q g_q / ||g_q||`` over the questions of one optimizer step (each
+    """[TwoStage] Arm 11's accumulation: ``(1/window) Σ_q g_q / ||g_q||`` over the questions of one optimizer step (each
     question's whole gradient scaled to unit L2 norm; a zero gradient adds nothing but counts in the window)."""
     out = [torch.zeros_like(g) for g in grads[0]]
     for g in grads:
@@ -162,8 +209,16 @@ def unit_normalized_mean(grads: Sequence[Sequence[torch.Tensor]], window: int) -
     return [acc / window for acc in out]
 
 
-def update_policy(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: int, seed: int,
-                  compute_dtype: torch.dtype = torch.float32) -> dict:
+def update_policy(
+    policy,
+    opt,
+    sched,
+    rows: list[Row],
+    cfg: TrainConfig,
+    pad: int,
+    seed: int,
+    compute_dtype: torch.dtype = torch.float32,
+) -> dict:
     """The optimizer steps over ``rows``; the policy is in train mode throughout and in eval mode afterwards.
     Forwards run under autocast in ``compute_dtype`` (fp32 master weights and optimizer state)."""
     if not rows:
@@ -178,21 +233,42 @@ def update_policy(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: in
         policy.eval()
 
 
-def _backward(policy, rows: list[Row], todo: list[int], cfg: TrainConfig, pad: int, n_tokens: int, n_seqs: int,
-              old: dict[int, torch.Tensor]) -> tuple[float, list[float]]:
+def _backward(
+    policy,
+    rows: list[Row],
+    todo: list[int],
+    cfg: TrainConfig,
+    pad: int,
+    n_tokens: int,
+    n_seqs: int,
+    old: dict[int, torch.Tensor],
+) -> tuple[float, list[float]]:
     """Loss backward over rows ``todo`` in micro-batches; returns the summed loss and the clip fractions."""
     total, clips = 0.0, []
     for i0 in range(0, len(todo), cfg.micro_batch):
         chunk = todo[i0 : i0 + cfg.micro_batch]
-        logp, mask = response_logprobs(policy, [rows[i].prompt for i in chunk], [rows[i].response for i in chunk], pad)  # (B, R)
+        logp, mask = response_logprobs(
+            policy, [rows[i].prompt for i in chunk], [rows[i].response for i in chunk], pad
+        )  # (B, R)
         adv = torch.zeros_like(logp)
         old_lp = torch.zeros_like(logp)
         for j, i in enumerate(chunk):
             n = len(rows[i].response)
             adv[j, :n] = rows[i].advantage
-            old_lp[j, :n] = old[i] if i in old else logp[j, :n].detach()  # one mini-batch: the rollout policy is this one
-        loss, info = LOSSES.get(cfg.loss)(logp, old_lp, adv, mask, n_tokens=n_tokens, n_seqs=n_seqs, clip_low=cfg.clip_low,
-                                          clip_high=cfg.clip_high, agg=cfg.loss_agg)
+            old_lp[j, :n] = (
+                old[i] if i in old else logp[j, :n].detach()
+            )  # one mini-batch: the rollout policy is this one
+        loss, info = LOSSES.get(cfg.loss)(
+            logp,
+            old_lp,
+            adv,
+            mask,
+            n_tokens=n_tokens,
+            n_seqs=n_seqs,
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+            agg=cfg.loss_agg,
+        )
         loss.backward()
         total += loss.item()
         clips.append(info["clip_frac"])
@@ -218,11 +294,15 @@ def _minibatch_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad
     random.Random(seed).shuffle(order)
     minis = [order[i :: cfg.minibatches] for i in range(cfg.minibatches)]
     old: dict[int, torch.Tensor] = {}
-    if cfg.loss == "composite" and cfg.minibatches > 1:  # the rollout policy's log-probs, before the first step moves it
+    if (
+        cfg.loss == "composite" and cfg.minibatches > 1
+    ):  # the rollout policy's log-probs, before the first step moves it
         with torch.no_grad():
             for i0 in range(0, len(order), cfg.micro_batch):
                 chunk = order[i0 : i0 + cfg.micro_batch]
-                lp, _ = response_logprobs(policy, [rows[i].prompt for i in chunk], [rows[i].response for i in chunk], pad)
+                lp, _ = response_logprobs(
+                    policy, [rows[i].prompt for i in chunk], [rows[i].response for i in chunk], pad
+                )
                 for j, i in enumerate(chunk):
                     old[i] = lp[j, : len(rows[i].response)]
     losses, norms, clips, kinds = [], [], [], []
@@ -238,12 +318,17 @@ def _minibatch_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad
         norms.append(_step(policy, opt, sched, cfg))
         losses.append(total)
         kinds.append("step")
-    return {"loss": _mean(losses), "grad_norm": _mean(norms), "clip_frac": _mean(clips), "optimizer": ",".join(kinds),
-            "lr": sched.get_last_lr()[0]}
+    return {
+        "loss": _mean(losses),
+        "grad_norm": _mean(norms),
+        "clip_frac": _mean(clips),
+        "optimizer": ",".join(kinds),
+        "lr": sched.get_last_lr()[0],
+    }
 
 
 def _unit_question_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: int) -> dict:
-    """Seed 001 Arm 11: one optimizer step per ``grad_accum_questions`` questions, each question's gradient scaled to
+    """[TwoStage] Arm 11: one optimizer step per ``grad_accum_questions`` questions, each question's gradient scaled to
     unit norm (:func:`unit_normalized_mean`)."""
     params = [p for p in policy.parameters() if p.requires_grad]
     questions = sorted({r.question for r in rows})
@@ -257,7 +342,9 @@ def _unit_question_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig,
             if not todo:
                 continue
             opt.zero_grad(set_to_none=True)
-            loss, c = _backward(policy, rows, todo, cfg, pad, max(1, sum(len(rows[i].response) for i in mine)), len(mine), {})
+            loss, c = _backward(
+                policy, rows, todo, cfg, pad, max(1, sum(len(rows[i].response) for i in mine)), len(mine), {}
+            )
             total += loss
             clips += c
             grads.append([p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params])
@@ -269,20 +356,38 @@ def _unit_question_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig,
         norms.append(_step(policy, opt, sched, cfg))
         losses.append(total)
         kinds.append("step")
-    return {"loss": _mean(losses), "grad_norm": _mean(norms), "clip_frac": _mean(clips), "optimizer": ",".join(kinds),
-            "lr": sched.get_last_lr()[0]}
+    return {
+        "loss": _mean(losses),
+        "grad_norm": _mean(norms),
+        "clip_frac": _mean(clips),
+        "optimizer": ",".join(kinds),
+        "lr": sched.get_last_lr()[0],
+    }
 
 
 # ---------------------------------------------------------------------------------------------- 7. metrics
 
 
-def step_metrics(step: int, generated: Sequence[PromptTree], kept: Sequence[PromptTree], rows: Sequence[Row], gen: Generated,
-                 reasons: Counter, update: dict, timing: dict) -> dict:
+def step_metrics(
+    step: int,
+    generated: Sequence[PromptTree],
+    kept: Sequence[PromptTree],
+    rows: Sequence[Row],
+    gen: Generated,
+    reasons: Counter,
+    update: dict,
+    timing: dict,
+) -> dict:
     leaves = [leaf for tr in generated for leaf in tr.leaves]
     kept_leaves = [leaf for tr in kept for leaf in tr.leaves]
     adv = torch.cat([r.advantage for r in rows]) if rows else torch.zeros(0)
-    # per fork group: the fork position the rollout recorded (None: a chain that never became forkable) and its root's length
-    forks = [(f, len(tr.leaves[idx[0]].response)) for tr in generated for f, idx in zip(tr.fork_positions, tr.groups().values())]
+    # per fork group: the fork position the rollout recorded (None: a chain that never became forkable) and its
+    # root's length
+    forks = [
+        (f, len(tr.leaves[idx[0]].response))
+        for tr in generated
+        for f, idx in zip(tr.fork_positions, tr.groups().values())
+    ]
     groups = [[tr.leaves[i] for i in idx] for tr in generated for idx in tr.groups().values()]
     total = timing["time_step"]
     return {

@@ -1,4 +1,4 @@
-"""Leaf rewards: the task's verdict (its reward includes task rules such as seed 001's derivation gate) plus DAPO's
+"""Leaf rewards: the task's verdict (its reward includes task rules such as [TwoStage]'s derivation gate) plus DAPO's
 soft overlong penalty.
 
 Soft overlong penalty (DAPO): with the response cap ``L_max`` and a buffer ``L_buf``, a response of ``n``
@@ -21,7 +21,9 @@ class RewardConfig:
 
     def __post_init__(self):
         if not 0 <= self.overlong_buffer <= self.max_response:
-            raise ValueError(f"overlong_buffer must be in [0, max_response={self.max_response}], got {self.overlong_buffer}")
+            raise ValueError(
+                f"overlong_buffer must be in [0, max_response={self.max_response}], got {self.overlong_buffer}"
+            )
         if self.overlong_factor < 0:
             raise ValueError(f"overlong_factor must be >= 0, got {self.overlong_factor}")
 

@@ -1,4 +1,4 @@
-"""Seed 000's tree rollout (§3.5, App. A): M root chains per prompt, one fork per chain at the selector's top
+"""[Fork]'s tree rollout (§3.5, App. A): M root chains per prompt, one fork per chain at the selector's top
 boundary, k sibling continuations from that prefix, and refills for chains that cannot fork.
 
 Per prompt: M chains are sampled; once they have finished, the selector scores their boundaries and each
@@ -38,7 +38,9 @@ class TreeConfig:
         if self.siblings < 1:
             raise ValueError(f"siblings (k) must be >= 1, got {self.siblings}")
         if self.max_response < 3:
-            raise ValueError(f"max_response must be >= 3 (a fork needs a prefix and a 2-token tail), got {self.max_response}")
+            raise ValueError(
+                f"max_response must be >= 3 (a fork needs a prefix and a 2-token tail), got {self.max_response}"
+            )
 
 
 @dataclass
@@ -48,9 +50,19 @@ class RolloutTimes:
     tokens_generated: int = 0
 
 
-def tree_rollout(prompts: Sequence[list[int]], ids: Sequence[str], golds: Sequence, backend, selector: Selector,
-                 reads_backend, newline_mask: torch.Tensor, cfg: TreeConfig, eos_id: int, seed: int,
-                 answer_tokens: Callable[[list[int]], list[int] | None] | None = None) -> tuple[list[PromptTree], RolloutTimes]:
+def tree_rollout(
+    prompts: Sequence[list[int]],
+    ids: Sequence[str],
+    golds: Sequence,
+    backend,
+    selector: Selector,
+    reads_backend,
+    newline_mask: torch.Tensor,
+    cfg: TreeConfig,
+    eos_id: int,
+    seed: int,
+    answer_tokens: Callable[[list[int]], list[int] | None] | None = None,
+) -> tuple[list[PromptTree], RolloutTimes]:
     """Trees for ``prompts`` (token ids). ``answer_tokens(response)`` gives a chain's committed answer tokens for
     Lens-Shift (None when it has none). ``seed``: the round's stream; roots, refills, probes and siblings each
     derive their own from it."""
@@ -71,12 +83,18 @@ def tree_rollout(prompts: Sequence[list[int]], ids: Sequence[str], golds: Sequen
     pending = list(range(len(slots)))
     for round_ in range(cfg.max_refills + 1):
         if round_ > 0:  # refill the chains that could not fork with fresh roots
-            fresh = generate([list(prompts[slots[s][0]]) for s in pending], cfg.max_response, derive(seed, "refill", round_))
+            fresh = generate(
+                [list(prompts[slots[s][0]]) for s in pending], cfg.max_response, derive(seed, "refill", round_)
+            )
             for s, r in zip(pending, fresh):
                 responses[s] = r
                 trees[slots[s][0]].refills += 1
-        chains = [ChainInput(prompts[slots[s][0]], responses[s], answer=answer_tokens(responses[s]) if answer_tokens else None)
-                  for s in pending]
+        chains = [
+            ChainInput(
+                prompts[slots[s][0]], responses[s], answer=answer_tokens(responses[s]) if answer_tokens else None
+            )
+            for s in pending
+        ]
         start = time.perf_counter()
         sel = selector.select(chains, newline_mask, reads_backend, seed=derive(seed, "probe", round_))
         times.select_s += time.perf_counter() - start
@@ -88,7 +106,11 @@ def tree_rollout(prompts: Sequence[list[int]], ids: Sequence[str], golds: Sequen
         if not pending:
             break
     cuts = [f if f is not None else 0 for f in forks]  # a chain that never became forkable forks at 0
-    reqs = [list(prompts[slots[s][0]]) + list(responses[s][: cuts[s]]) for s in range(len(slots)) for _ in range(cfg.siblings)]
+    reqs = [
+        list(prompts[slots[s][0]]) + list(responses[s][: cuts[s]])
+        for s in range(len(slots))
+        for _ in range(cfg.siblings)
+    ]
     budget = [cfg.max_response - cuts[s] for s in range(len(slots)) for _ in range(cfg.siblings)]
     conts = generate(reqs, max(budget), derive(seed, "siblings"))
     for s, (p, m) in enumerate(slots):
@@ -97,19 +119,37 @@ def tree_rollout(prompts: Sequence[list[int]], ids: Sequence[str], golds: Sequen
         tree.leaves.append(Leaf(list(prompts[p]), list(responses[s]), m, t, origin="root"))
         for j in range(cfg.siblings):
             i = s * cfg.siblings + j
-            tree.leaves.append(Leaf(list(prompts[p]), list(responses[s][:t]) + list(conts[i][: budget[i]]), m, t, origin="sibling"))
+            tree.leaves.append(
+                Leaf(list(prompts[p]), list(responses[s][:t]) + list(conts[i][: budget[i]]), m, t, origin="sibling")
+            )
     return trees, times
 
 
-def flat_rollout(prompts: Sequence[list[int]], ids: Sequence[str], golds: Sequence[str], backend, group_size: int,
-                 max_response: int, eos_id: int, seed: int, temperature: float = 1.0, top_p: float = 1.0) -> tuple[list[PromptTree], RolloutTimes]:
+def flat_rollout(
+    prompts: Sequence[list[int]],
+    ids: Sequence[str],
+    golds: Sequence[str],
+    backend,
+    group_size: int,
+    max_response: int,
+    eos_id: int,
+    seed: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> tuple[list[PromptTree], RolloutTimes]:
     """G independent chains per prompt (the GRPO baseline): each leaf is its own group with no shared prefix."""
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     times = RolloutTimes()
     start = time.perf_counter()
-    out = backend.generate([list(p) for p in prompts for _ in range(group_size)], max_new_tokens=max_response, seed=seed,
-                           temperature=temperature, top_p=top_p, eos_token_id=eos_id)
+    out = backend.generate(
+        [list(p) for p in prompts for _ in range(group_size)],
+        max_new_tokens=max_response,
+        seed=seed,
+        temperature=temperature,
+        top_p=top_p,
+        eos_token_id=eos_id,
+    )
     times.generate_s, times.tokens_generated = time.perf_counter() - start, sum(map(len, out))
     trees = []
     for p, (i, g) in enumerate(zip(ids, golds)):

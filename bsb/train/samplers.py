@@ -1,4 +1,4 @@
-"""Seed 001's two-stage branched rollout (§4.2): K root prefixes stopped at the causal newline time, B
+"""[TwoStage]'s two-stage branched rollout (§4.2): K root prefixes stopped at the causal newline time, B
 continuations each, and three rules for a root that ends (EOS) before its stopping time.
 
 Stage 1 samples K roots of up to ``t_max`` tokens. The causal stopping time of a root ``p`` is
@@ -12,9 +12,10 @@ prefix ``u = p[:τ_causal]`` and draws B continuations of up to ``max_tokens −
   descendants have empty continuations. Every leaf has exactly the capped policy's marginal.
 * ``root_resample``: ``τ`` is set to 0 after the fact; branch 1 keeps the early-EOS root, branches 2..B are
   drawn fresh from the prompt. Not F_0-measurable: branch b >= 2 ends early with probability p², not p.
-* ``midpoint_fallback`` (seed 001 Arms 9-10): a root of at least ``min_split`` tokens keeps its completed
+* ``midpoint_fallback`` ([TwoStage] Arms 9-10): a root of at least ``min_split`` tokens keeps its completed
   text as branch 1 and re-rolls branches 2..B from the line break nearest its midpoint (or the midpoint when it
-  has none), so the B leaves share that prefix; a shorter one is duplicated as in ``terminal_dup``. Outcome-dependent as well.
+  has none), so the B leaves share that prefix; a shorter one is duplicated as in ``terminal_dup``.
+  Outcome-dependent as well.
 
 The ``generate`` argument is any backend's ``generate(prompts, max_new_tokens, temperature, top_p, seed,
 eos_token_id)``, so the rules can be run on a scripted finite policy (see the tests).
@@ -51,7 +52,9 @@ class TwoStageConfig:
         if self.roots < 1 or self.branches < 1:
             raise ValueError(f"roots and branches must be >= 1, got {self.roots} and {self.branches}")
         if not 1 <= self.t_min <= self.t_max < self.max_tokens:
-            raise ValueError(f"need 1 <= t_min <= t_max < max_tokens, got {self.t_min}, {self.t_max}, {self.max_tokens}")
+            raise ValueError(
+                f"need 1 <= t_min <= t_max < max_tokens, got {self.t_min}, {self.t_max}, {self.max_tokens}"
+            )
 
 
 def causal_tau(tokens: list[int], newline_mask: torch.Tensor, t_min: int, t_max: int) -> int:
@@ -68,8 +71,16 @@ def _midpoint_cut(tokens: list[int], newline_mask: torch.Tensor) -> int:
     return min(cuts, key=lambda c: (abs(c - n / 2), c)) if cuts else max(1, n // 2)
 
 
-def two_stage_rollout(generate: Callable, prompt: list[int], cfg: TwoStageConfig, newline_mask: torch.Tensor, eos_id: int,
-                      temperature: float = 1.0, top_p: float = 1.0, seed: int = 0) -> tuple[list[Leaf], dict]:
+def two_stage_rollout(
+    generate: Callable,
+    prompt: list[int],
+    cfg: TwoStageConfig,
+    newline_mask: torch.Tensor,
+    eos_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+) -> tuple[list[Leaf], dict]:
     """K·B leaves for one prompt (group k = root k) and the pair census
     ``{"causal_non_eos": …, "terminal_dup": …, "tau_zero": …, "midpoint_fallback": …}``."""
     kw = dict(temperature=temperature, top_p=top_p, eos_token_id=eos_id)
@@ -101,22 +112,38 @@ def two_stage_rollout(generate: Callable, prompt: list[int], cfg: TwoStageConfig
             leaves.append(Leaf(prompt, list(done), k, cut))
             plan += [(k, done[:cut], cut, cfg.max_tokens - cut)] * (cfg.branches - 1)
     if plan:
-        conts = generate([prompt + u for _, u, _, _ in plan], max_new_tokens=max(b for *_, b in plan), seed=derive(seed, "continuations"), **kw)
+        conts = generate(
+            [prompt + u for _, u, _, _ in plan],
+            max_new_tokens=max(b for *_, b in plan),
+            seed=derive(seed, "continuations"),
+            **kw,
+        )
         for (k, u, keep, budget), v in zip(plan, conts):
             leaves.append(Leaf(prompt, list(u) + list(v[:budget]), k, keep, origin="sibling"))
     leaves.sort(key=lambda leaf: leaf.group)  # stable: each group's leaves stay in the order drawn
     return leaves, census
 
 
-def two_stage_trees(prompts: Sequence[list[int]], ids: Sequence[str], golds: Sequence, backend, cfg: TwoStageConfig,
-                    newline_mask: torch.Tensor, eos_id: int, seed: int, temperature: float = 1.0,
-                    top_p: float = 1.0) -> tuple[list[PromptTree], RolloutTimes, dict]:
+def two_stage_trees(
+    prompts: Sequence[list[int]],
+    ids: Sequence[str],
+    golds: Sequence,
+    backend,
+    cfg: TwoStageConfig,
+    newline_mask: torch.Tensor,
+    eos_id: int,
+    seed: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> tuple[list[PromptTree], RolloutTimes, dict]:
     """:func:`two_stage_rollout` for every prompt of a round (prompt j seeded by its own stream): the trees, the
     timings and the summed pair census. Each tree's ``fork_positions`` are its groups' stopping times τ."""
     trees, times, census = [], RolloutTimes(), {}
     start = time.perf_counter()
     for j, (i, p, g) in enumerate(zip(ids, prompts, golds)):
-        leaves, c = two_stage_rollout(backend.generate, list(p), cfg, newline_mask, eos_id, temperature, top_p, derive(seed, "two_stage", j))
+        leaves, c = two_stage_rollout(
+            backend.generate, list(p), cfg, newline_mask, eos_id, temperature, top_p, derive(seed, "two_stage", j)
+        )
         tree = PromptTree(i, g, leaves)
         tree.fork_positions = [tree.leaves[idx[0]].prefix_len for idx in tree.groups().values()]
         trees.append(tree)

@@ -3,7 +3,7 @@
 One step (``Trainer.train_step``), each phase a function on plain data:
 
 1. **draw** the task's problems for a generation round (``gen_prompts`` of them);
-2. **generate trees**: seed 000's tree rollout with the selector's forks, seed 001's two-stage sampler, flat
+2. **generate trees**: [Fork]'s tree rollout with the selector's forks, [TwoStage]'s two-stage sampler, flat
    GRPO groups, or the flat warm-up before bifurcating (rollouts through vLLM when installed, else the HF model);
 3. **score** every leaf with the task's verifier plus the overlong penalty;
 4. **keep** the groups whose outcomes differ (dynamic sampling, up to ``max_gen_rounds`` rounds until
@@ -77,13 +77,17 @@ class Trainer:
         # fp32 master weights on the device; forwards run under autocast in self.dtype (bsb.engine.device)
         self.policy = transformers.AutoModelForCausalLM.from_pretrained(load_from, dtype=torch.float32).to(self.device)
         compute = None if self.dtype == torch.float32 else self.dtype
-        self.hf = HFBackend(self.policy, self.tok, compute_dtype=compute)  # reads, generation: eval mode; updates: train mode
+        self.hf = HFBackend(
+            self.policy, self.tok, compute_dtype=compute
+        )  # reads, generation: eval mode; updates: train mode
         self.eos = self.tok.eos_token_id
         if self.eos is None:
             raise ValueError(f"tokenizer of {self.model_path} has no EOS token; rollouts could never end")
         self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.eos
         self.newline = newline_token_mask(self.tok, self.hf.vocab_size)
-        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=self.device.type == "cuda")
+        self.opt = torch.optim.AdamW(
+            self.policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=self.device.type == "cuda"
+        )
         warm = max(1, cfg.warmup_steps)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
         self.reward_cfg = RewardConfig(cfg.max_response_len, cfg.overlong_buffer, cfg.overlong_factor)
@@ -111,11 +115,22 @@ class Trainer:
         cfg = self.cfg
         limit = getattr(self.policy.config, "max_position_embeddings", None)
         if limit and cfg.max_prompt_len + cfg.max_response_len > limit:
-            raise ValueError(f"max_prompt_len + max_response_len = {cfg.max_prompt_len + cfg.max_response_len} exceeds the model's "
-                             f"{limit} positions")
+            raise ValueError(
+                f"max_prompt_len + max_response_len = {cfg.max_prompt_len + cfg.max_response_len} exceeds the model's "
+                f"{limit} positions"
+            )
         # + room for a probe: the elicitation suffix and its read
-        return make_backend(cfg.backend, path, self.hf, cfg.max_prompt_len + cfg.max_response_len + 64, cfg.seed, cfg.vllm_kv_cache_gib,
-                            self.dtype, cfg.vllm_gpu_memory_utilization, cfg.vllm_sleep)
+        return make_backend(
+            cfg.backend,
+            path,
+            self.hf,
+            cfg.max_prompt_len + cfg.max_response_len + 64,
+            cfg.seed,
+            cfg.vllm_kv_cache_gib,
+            self.dtype,
+            cfg.vllm_gpu_memory_utilization,
+            cfg.vllm_sleep,
+        )
 
     def _render(self, problem: Problem) -> str:
         return render_prompt(self.task, problem, self.tok, self.cfg.prompt_format, self.cfg.prompt_template)
@@ -127,7 +142,10 @@ class Trainer:
     def _encode(self, problem: Problem) -> list[int]:
         ids = self.tok.encode(self._render(problem), add_special_tokens=False)
         if not ids or len(ids) > self.cfg.max_prompt_len:
-            raise ValueError(f"a prompt of {len(ids)} tokens does not fit max_prompt_len={self.cfg.max_prompt_len}: {problem.prompt[:80]!r}")
+            raise ValueError(
+                f"a prompt of {len(ids)} tokens does not fit max_prompt_len={self.cfg.max_prompt_len}: "
+                f"{problem.prompt[:80]!r}"
+            )
         return ids
 
     def _decode(self, ids: list[int]) -> str:
@@ -142,8 +160,14 @@ class Trainer:
         total = phases.Generated([], kind=kind)
         for round_ in range(cfg.max_gen_rounds):
             problems = phases.draw(self.task, cfg, step, round_, self.held_out)
-            gen = phases.generate_trees(problems, [self._encode(p) for p in problems], kind, cfg, self.ctx,
-                                        stream(cfg.seed, step, round_, "rollout"))
+            gen = phases.generate_trees(
+                problems,
+                [self._encode(p) for p in problems],
+                kind,
+                cfg,
+                self.ctx,
+                stream(cfg.seed, step, round_, "rollout"),
+            )
             reasons += phases.score_trees(gen.trees, problems, self.task, self._decode, self.reward_cfg, self.eos)
             total.times.generate_s += gen.times.generate_s
             total.times.select_s += gen.times.select_s
@@ -160,8 +184,9 @@ class Trainer:
         rows = phases.advantage_rows(kept, cfg, self.newline)
         if self.syncs:
             self.backend.sleep()  # a GPU engine frees its memory for the update (no-op on the CPU)
-        update = phases.update_policy(self.policy, self.opt, self.sched, rows, cfg, self.pad, stream(cfg.seed, step, 0, "shuffle"),
-                                      self.dtype)
+        update = phases.update_policy(
+            self.policy, self.opt, self.sched, rows, cfg, self.pad, stream(cfg.seed, step, 0, "shuffle"), self.dtype
+        )
         self.active_steps += any(r.active for r in rows)
         t_update = time.perf_counter() - t1
         t2 = time.perf_counter()
@@ -170,7 +195,12 @@ class Trainer:
             self.backend.load_weights(self._engine_weights())
         t_sync = time.perf_counter() - t2
         self.step += 1
-        timing = {"time_rollout": t_rollout, "time_update": t_update, "time_sync": t_sync, "time_step": time.perf_counter() - t0}
+        timing = {
+            "time_rollout": t_rollout,
+            "time_update": t_update,
+            "time_sync": t_sync,
+            "time_step": time.perf_counter() - t0,
+        }
         m = phases.step_metrics(self.step, generated, kept, rows, total, reasons, update, timing)
         m["active_steps"] = self.active_steps
         return m
@@ -185,9 +215,14 @@ class Trainer:
         cfg = self.cfg
         prompts = [self._encode(p) for p in self.val_problems]
         n = 1 if cfg.val_temperature == 0 else cfg.val_samples
-        outs = self.backend.generate([p for p in prompts for _ in range(n)], max_new_tokens=cfg.max_response_len,
-                                     temperature=cfg.val_temperature, top_p=cfg.val_top_p if cfg.val_temperature else 1.0,
-                                     seed=VAL_SEED, eos_token_id=self.eos)
+        outs = self.backend.generate(
+            [p for p in prompts for _ in range(n)],
+            max_new_tokens=cfg.max_response_len,
+            temperature=cfg.val_temperature,
+            top_p=cfg.val_top_p if cfg.val_temperature else 1.0,
+            seed=VAL_SEED,
+            eos_token_id=self.eos,
+        )
         texts = self.tok.batch_decode(outs, skip_special_tokens=True)
         ok = [self.task.verify(texts[i * n + j], p).correct for i, p in enumerate(self.val_problems) for j in range(n)]
         counts = [sum(ok[i * n : (i + 1) * n]) for i in range(len(self.val_problems))]
@@ -200,22 +235,33 @@ class Trainer:
         cfg = self.cfg
         metrics_path = self.out / "metrics.jsonl"
         example = "".join(f"#   {line}\n" for line in self._render(self.val_problems[0]).splitlines())
-        (self.out / "config.yaml").write_text(_yaml(cfg.to_dict()) + f"# prompt_format: {cfg.prompt_format}; the first held-out "
-                                              f"prompt as the model sees it:\n{example}")
+        (self.out / "config.yaml").write_text(
+            _yaml(cfg.to_dict()) + f"# prompt_format: {cfg.prompt_format}; the first held-out "
+            f"prompt as the model sees it:\n{example}"
+        )
         rows = []
         if self.step == 0:
             metrics_path.write_text("")
             rows.append({"step": 0, **self.validate()})
             _append(metrics_path, rows[-1])
-        bar = tqdm(range(self.step, cfg.steps), desc=f"training ({cfg.rollout}, {cfg.selector})", disable=not cfg.progress,
-                   initial=self.step, total=cfg.steps)
+        bar = tqdm(
+            range(self.step, cfg.steps),
+            desc=f"training ({cfg.rollout}, {cfg.selector})",
+            disable=not cfg.progress,
+            initial=self.step,
+            total=cfg.steps,
+        )
         for _ in bar:
             m = self.train_step()
             if (cfg.val_every and self.step % cfg.val_every == 0) or self.step == cfg.steps:
                 m.update(self.validate())
             rows.append(m)
             _append(metrics_path, m)
-            bar.set_postfix(acc=f"{m['accuracy']:.2f}", kept=m["groups_kept"], **({"val": f"{m['val_accuracy']:.2f}"} if "val_accuracy" in m else {}))
+            bar.set_postfix(
+                acc=f"{m['accuracy']:.2f}",
+                kept=m["groups_kept"],
+                **({"val": f"{m['val_accuracy']:.2f}"} if "val_accuracy" in m else {}),
+            )
             if (cfg.save_every and self.step % cfg.save_every == 0) or self.step == cfg.steps:
                 self.save()
         self.policy.save_pretrained(self.out / "final")
@@ -229,9 +275,18 @@ class Trainer:
         tmp.mkdir()
         self.policy.save_pretrained(tmp / "model")
         self.tok.save_pretrained(tmp / "model")
-        torch.save({"optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict(), "torch_rng": torch.get_rng_state(),
-                    "python_rng": random.getstate()}, tmp / "trainer.pt")
-        (tmp / "state.json").write_text(json.dumps({"step": self.step, "active_steps": self.active_steps, "config": self.cfg.to_dict()}, indent=1))
+        torch.save(
+            {
+                "optimizer": self.opt.state_dict(),
+                "scheduler": self.sched.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "python_rng": random.getstate(),
+            },
+            tmp / "trainer.pt",
+        )
+        (tmp / "state.json").write_text(
+            json.dumps({"step": self.step, "active_steps": self.active_steps, "config": self.cfg.to_dict()}, indent=1)
+        )
         if self.ckpt.exists():
             shutil.rmtree(old, ignore_errors=True)
             os.replace(self.ckpt, old)
@@ -241,7 +296,9 @@ class Trainer:
     def _load(self) -> None:
         state = json.loads((self.ckpt / "state.json").read_text())
         self.step, self.active_steps = state["step"], state.get("active_steps", 0)
-        blob = torch.load(self.ckpt / "trainer.pt", weights_only=True, map_location="cpu")  # the optimizer moves its state to the params
+        blob = torch.load(
+            self.ckpt / "trainer.pt", weights_only=True, map_location="cpu"
+        )  # the optimizer moves its state to the params
         self.opt.load_state_dict(blob["optimizer"])
         self.sched.load_state_dict(blob["scheduler"])
         torch.set_rng_state(blob["torch_rng"])

@@ -1,10 +1,10 @@
 """The rollout tree of one prompt, as the trainer sees it: leaves grouped by the root chain they forked from.
 
-A prompt's tree (seed 000 §3.5, App. A) is: the prompt at the root; one *prefix node* per root chain (the
+A prompt's tree ([Fork] §3.5, App. A) is: the prompt at the root; one *prefix node* per root chain (the
 response tokens before its fork, shared by its leaves); and under it the chain's own ending plus its k sibling
 continuations, the *leaves*. Each leaf is trained as a separate sequence, prefix included, so a leaf only needs
 to know where its shared prefix ends (``prefix_len``). ``prefix_len == 0`` means the leaves of that group share
-nothing (a fork at the very start, or a seed-001 root restart); they then hang directly off the root.
+nothing (a fork at the very start, or a [TwoStage] root restart); they then hang directly off the root.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class PromptTree:
 
     @property
     def accuracy_homogeneous(self) -> bool:
-        """Every leaf is correct, or every leaf is wrong (DAPO's filter on "metric: accuracy", seed 000 App. A):
+        """Every leaf is correct, or every leaf is wrong (DAPO's filter on "metric: accuracy", [Fork] App. A):
         leaves that differ only by the overlong penalty still count as one outcome."""
         return len({leaf.correct for leaf in self.leaves}) <= 1
 

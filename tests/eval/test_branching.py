@@ -1,4 +1,4 @@
-"""Native test-time fork positions (seed 001 §5.6): MinMargin and FirstGap05 with its fallback."""
+"""Native test-time fork positions ([TwoStage] §5.6): MinMargin and FirstGap05 with its fallback."""
 
 import pytest
 

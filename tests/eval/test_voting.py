@@ -1,4 +1,4 @@
-"""Every branch of seed 001 §5.5's k=3 voting rules on hand-made triples."""
+"""Every branch of [TwoStage] §5.5's k=3 voting rules on hand-made triples."""
 
 import pytest
 

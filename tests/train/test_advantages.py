@@ -1,4 +1,4 @@
-"""Advantages: TreeRL Eq. 7 by hand, GRPO, seed 001's prefix credit and its Propositions 1-2."""
+"""Advantages: TreeRL Eq. 7 by hand, GRPO, [TwoStage]'s prefix credit and its Propositions 1-2."""
 
 import math
 

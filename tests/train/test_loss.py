@@ -1,4 +1,4 @@
-"""Losses against hand computations, and seed 001's zero-gradient AdamW step (bitwise, fixed trajectory)."""
+"""Losses against hand computations, and [TwoStage]'s zero-gradient AdamW step (bitwise, fixed trajectory)."""
 
 import pytest
 import torch

@@ -28,8 +28,8 @@ def test_leaf_reward_is_the_task_verdict_plus_the_penalty():
     assert task.verify("no box here", p).reason == "no_answer"
 
 
-def test_derivation_gate_is_seed_001s_rule_on_boxed_only():
-    """Seed 001: text.rfind("\\boxed") >= 30. The boxed answer starting at character 30 pays, at 29 it does not,
+def test_derivation_gate_is_twostage_rule_on_boxed_only():
+    """[TwoStage]: text.rfind("\\boxed") >= 30. The boxed answer starting at character 30 pays, at 29 it does not,
     and an \\fbox never opens the gate (it is still graded correct)."""
     at = lambda n, box="\\boxed": "x" * n + box + "{5}"  # noqa: E731
     assert gated_reward(at(30), True) == 1.0 and gated_reward(at(29), True) == 0.0

@@ -1,4 +1,4 @@
-"""The seed 000 tree rollout on a scripted backend: exactly M(1+k) leaves per prompt, refills of chains that
+"""The [Fork] tree rollout on a scripted backend: exactly M(1+k) leaves per prompt, refills of chains that
 cannot fork, siblings continuing the chosen prefix."""
 
 import torch

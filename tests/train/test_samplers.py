@@ -1,4 +1,4 @@
-"""Seed 001's two-stage samplers on a scripted finite policy: exact leaf marginals by enumeration."""
+"""[TwoStage]'s two-stage samplers on a scripted finite policy: exact leaf marginals by enumeration."""
 
 import itertools
 

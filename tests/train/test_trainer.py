@@ -176,7 +176,7 @@ def test_dynamic_sampling_keeps_groups_whose_accuracy_differs(model_dir, tmp_pat
 
 @pytest.mark.parametrize("keep_by,kept", [("accuracy", 0), ("reward", 1)])
 def test_an_all_wrong_group_that_differs_only_by_the_overlong_penalty(model_dir, tmp_path, monkeypatch, keep_by, kept):
-    """Seed 000 App. A filters by accuracy: all-wrong leaves with rewards 0 and -0.5 (penalty) carry no signal."""
+    """[Fork] App. A filters by accuracy: all-wrong leaves with rewards 0 and -0.5 (penalty) carry no signal."""
     tr = Trainer(config(model_dir, tmp_path, prompts_per_step=1, gen_prompts=1, max_gen_rounds=1, steps=1, keep_by=keep_by))
     calls = []
     fake, score = _fake_generate(calls, [[[0.0, -0.5]]], [[[0.0, 0.0]]])

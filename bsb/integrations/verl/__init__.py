@@ -10,13 +10,14 @@ module                      what it adds
                             (a selector that cannot read through a server, K above the server's logprob limit, a tree
                             that cannot yield M(1+k) leaves, verl's switches that the tree needs) as one error at
                             start-up, before a worker spawns
-``probe_client``            Probe-JS reads from a replica's OpenAI-compatible ``/v1/completions`` (top-K log-probs of
-                            L tokens after ``prefix[:t] + suffix``, riding its prefix cache); ``prompt_logprobs`` through
-                            verl's own server as the fallback
+``probe_client``            Probe-JS reads from a replica's OpenAI-compatible ``/v1/completions`` (top-K log-probs
+                            of L tokens after ``prefix[:t] + suffix``, riding its prefix cache); ``prompt_logprobs``
+                            through verl's own server as the fallback
 ``server_backend``          a bsb backend (``generate`` + ``belief_topk``) over async callables, so bsb's own
                             :func:`bsb.train.rollout.tree_rollout` builds the tree, unchanged
 ``tree_loop``               the agent loop ``bsb_tree``: one call, one prompt's whole tree, per-leaf verifier rewards
-``worker``                  the TransferQueue worker override: keeps per-leaf rewards, encodes the tree in each row's uid
+``worker``                  the TransferQueue worker override: keeps per-leaf rewards, encodes the tree in each
+                            row's uid
 ``estimators``              ``bsb_treerl`` and ``bsb_prefix_credit``: :mod:`bsb.train.advantages` on verl's batch
 ``plugin``                  the ``verl.plugins`` entry point: ``import verl`` registers all of the above
 ``launch``                  ``python -m bsb.integrations.verl.launch``: check the config, then run verl's trainer
@@ -28,8 +29,10 @@ README's "Scale out" section gives the environment.
 """
 
 VERL_VERSION = "0.9.1"
-INSTALL_HINT = (f"bsb's verl integration needs verl {VERL_VERSION} in its own environment (it pins transformers < 5.11): "
-                "see the README's 'Scale out' section (`make verl-env` builds one in .venv-verl)")
+INSTALL_HINT = (
+    f"bsb's verl integration needs verl {VERL_VERSION} in its own environment (it pins transformers < 5.11): "
+    "see the README's 'Scale out' section (`make verl-env` builds one in .venv-verl)"
+)
 
 
 def require_verl():

@@ -34,22 +34,33 @@ def encode_uid(uid: str, group: int, prefix_len: int) -> str:
 def decode_uid(key: str) -> tuple[str, int, int]:
     parts = str(key).rsplit(SEP, 2)
     if len(parts) != 3:
-        raise ValueError(f"row uid {key!r} carries no bsb tree ({'uid#group#prefix_len'}): bsb's estimators need the "
-                         "bsb_tree agent loop and its worker (actor_rollout_ref.rollout.agent.agent_loop_manager_class)")
+        raise ValueError(
+            f"row uid {key!r} carries no bsb tree ({'uid#group#prefix_len'}): bsb's estimators need the "
+            "bsb_tree agent loop and its worker (actor_rollout_ref.rollout.agent.agent_loop_manager_class)"
+        )
     try:
         return parts[0], int(parts[1]), int(parts[2])
     except ValueError as err:
         raise ValueError(f"row uid {key!r}: group and prefix length must be integers") from err
 
 
-def tree_advantages(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Sequence[str], kind: str,
-                    beta: float = 0.0, alpha: float = 0.5, clamped: bool = False,
-                    zero_cont_mass: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def tree_advantages(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[str],
+    kind: str,
+    beta: float = 0.0,
+    alpha: float = 0.5,
+    clamped: bool = False,
+    zero_cont_mass: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns), each (B, T): bsb's ``kind`` advantages of every prompt's tree (rows grouped by the
     prompt uid in ``index``), zero off the response mask. Returns equal advantages (outcome-reward estimators)."""
     if token_level_rewards.shape != response_mask.shape or token_level_rewards.dim() != 2:
-        raise ValueError(f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
-                         f"{tuple(response_mask.shape)} must be the same (B, T)")
+        raise ValueError(
+            f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
+            f"{tuple(response_mask.shape)} must be the same (B, T)"
+        )
     if len(index) != token_level_rewards.shape[0]:
         raise ValueError(f"index has {len(index)} uids for {token_level_rewards.shape[0]} rows")
     mask = response_mask.bool()
@@ -59,13 +70,17 @@ def tree_advantages(token_level_rewards: torch.Tensor, response_mask: torch.Tens
         uid, group, prefix_len = decode_uid(key)
         n = int(mask[row].sum())
         if prefix_len > n:
-            raise ValueError(f"row {row} ({key}): shared prefix of {prefix_len} tokens longer than its {n}-token response")
+            raise ValueError(
+                f"row {row} ({key}): shared prefix of {prefix_len} tokens longer than its {n}-token response"
+            )
         tree, rows = trees.setdefault(uid, (PromptTree(uid, None), []))
         tree.leaves.append(Leaf([], [0] * n, group, prefix_len, reward=float(rewards[row])))
         rows.append(row)
     out = torch.zeros_like(token_level_rewards, dtype=torch.float32)
     for tree, rows in trees.values():
-        for row, adv in zip(rows, advantages(tree, kind, beta=beta, alpha=alpha, clamped=clamped, zero_cont_mass=zero_cont_mass)):
+        for row, adv in zip(
+            rows, advantages(tree, kind, beta=beta, alpha=alpha, clamped=clamped, zero_cont_mass=zero_cont_mass)
+        ):
             out[row, mask[row]] = adv  # a single-turn response's mask is its leading run of generated tokens
     return out, out.clone()
 
@@ -78,7 +93,9 @@ def estimator_options(config) -> dict:
     if root is not None:
         section = root().get("bsb")
     s = BsbSettings.from_mapping(section or {})
-    return dict(beta=s.prefix_beta, alpha=s.prefix_alpha, clamped=s.clamped_prefix, zero_cont_mass=s.zero_cont_token_mass)
+    return dict(
+        beta=s.prefix_beta, alpha=s.prefix_alpha, clamped=s.clamped_prefix, zero_cont_mass=s.zero_cont_token_mass
+    )
 
 
 def _estimator(kind: str):

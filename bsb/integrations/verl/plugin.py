@@ -13,6 +13,9 @@ def registered() -> dict[str, bool]:
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
 
-    names = {"agent loop bsb_tree": "bsb_tree" in _agent_loop_registry, "agent loop bsb_single": "bsb_single" in _agent_loop_registry}
+    names = {
+        "agent loop bsb_tree": "bsb_tree" in _agent_loop_registry,
+        "agent loop bsb_single": "bsb_single" in _agent_loop_registry,
+    }
     names.update({f"estimator {n}": n in ADV_ESTIMATOR_REGISTRY for n in estimators.ESTIMATORS})
     return names

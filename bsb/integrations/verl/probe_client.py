@@ -120,15 +120,32 @@ class CompletionsProbe:
                 raise ProbeError(f"{base_url}/v1/models lists no model: {str(listing)[:200]}") from err
         return self._models[base_url]
 
-    async def read(self, base_url: str, prefix: Sequence[int], cuts: Sequence[int], suffix: Sequence[int], read_len: int,
-                   k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    async def read(
+        self,
+        base_url: str,
+        prefix: Sequence[int],
+        cuts: Sequence[int],
+        suffix: Sequence[int],
+        read_len: int,
+        k: int,
+        seed: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """One chain's reads at ``cuts`` (positions in ``prefix``): (C, L, k) log-probs, ids, tokens computed."""
         model = await self.model_name(base_url)
 
         async def one(t: int):
-            body = dict(model=model, prompt=[int(x) for x in prefix[:t]] + list(suffix), max_tokens=read_len,
-                        min_tokens=read_len, ignore_eos=True, logprobs=k, temperature=1.0, top_p=1.0, seed=seed,
-                        return_tokens_as_token_ids=True)
+            body = dict(
+                model=model,
+                prompt=[int(x) for x in prefix[:t]] + list(suffix),
+                max_tokens=read_len,
+                min_tokens=read_len,
+                ignore_eos=True,
+                logprobs=k,
+                temperature=1.0,
+                top_p=1.0,
+                seed=seed,
+                return_tokens_as_token_ids=True,
+            )
             return await self._json("POST", f"{base_url}/v1/completions", json=body)
 
         replies = await asyncio.gather(*(one(t) for t in cuts))
@@ -150,28 +167,55 @@ class PromptLogprobsProbe:
 
     warned = False
 
-    async def read(self, generate: GenerateExtra, prefix: Sequence[int], cuts: Sequence[int], suffix: Sequence[int], read_len: int,
-                   k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    async def read(
+        self,
+        generate: GenerateExtra,
+        prefix: Sequence[int],
+        cuts: Sequence[int],
+        suffix: Sequence[int],
+        read_len: int,
+        k: int,
+        seed: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
         if not PromptLogprobsProbe.warned:
-            log.warning("bsb probe reads use prompt_logprobs: vLLM recomputes every read's prefix (no prefix cache); "
-                        "serve /v1/completions and set bsb.probe_endpoint=completions to read from the cache")
+            log.warning(
+                "bsb probe reads use prompt_logprobs: vLLM recomputes every read's prefix (no prefix cache); "
+                "serve /v1/completions and set bsb.probe_endpoint=completions to read from the cache"
+            )
             PromptLogprobsProbe.warned = True
 
         async def one(t: int):
             context = [int(x) for x in prefix[:t]] + list(suffix)
             if read_len > 1:  # sample the L read tokens first (T = 1), then read the beliefs along them
-                reads, _ = await generate(list(context), dict(max_tokens=read_len - 1, min_tokens=read_len - 1, ignore_eos=True,
-                                                              temperature=1.0, top_p=1.0, seed=seed))
+                reads, _ = await generate(
+                    list(context),
+                    dict(
+                        max_tokens=read_len - 1,
+                        min_tokens=read_len - 1,
+                        ignore_eos=True,
+                        temperature=1.0,
+                        top_p=1.0,
+                        seed=seed,
+                    ),
+                )
                 reads = list(reads[: read_len - 1])
             else:
                 reads = []
-            _, extra = await generate(context + reads + [0], dict(max_tokens=1, prompt_logprobs=k, temperature=1.0, top_p=1.0))
+            _, extra = await generate(
+                context + reads + [0], dict(max_tokens=1, prompt_logprobs=k, temperature=1.0, top_p=1.0)
+            )
             ids, lps = extra.get("prompt_ids"), extra.get("prompt_logprobs")
             if ids is None or lps is None:
-                raise ProbeError("the server returned no prompt_logprobs (verl's vLLM server puts them in extra_fields)")
+                raise ProbeError(
+                    "the server returned no prompt_logprobs (verl's vLLM server puts them in extra_fields)"
+                )
             logp, tok = [], []
             for pos in range(len(context) - 1, len(context) + read_len - 1):  # entry j: the belief over token j + 1
-                pairs = [(int(i), float(v)) for i, v in zip(ids[pos], lps[pos]) if i is not None and v is not None and not math.isnan(v)]
+                pairs = [
+                    (int(i), float(v))
+                    for i, v in zip(ids[pos], lps[pos])
+                    if i is not None and v is not None and not math.isnan(v)
+                ]
                 lp, tk = _best(pairs, k)
                 logp.append(lp)
                 tok.append(tk)

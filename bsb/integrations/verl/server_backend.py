@@ -27,13 +27,21 @@ Read = Callable[[list[int], list[int], list[int], int, int, int], Awaitable[tupl
 class ServerBackend:
     capabilities = Capabilities(generate=True, belief_topk=True)
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, generate: Generate, read: Read | None = None, max_logprobs: int = 20,
-                 sampling: dict | None = None):
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        generate: Generate,
+        read: Read | None = None,
+        max_logprobs: int = 20,
+        sampling: dict | None = None,
+    ):
         """``loop``: the event loop the coroutines run on (not the calling thread's); ``sampling``: extra sampling
         parameters of every generation (verl's ``top_k``, ``repetition_penalty``, ``logprobs``)."""
         self.loop, self._generate, self._read = loop, generate, read
         self.max_logprobs, self.sampling = max_logprobs, dict(sampling or {})
-        self.logprobs: dict[tuple[tuple[int, ...], tuple[int, ...]], list[float]] = {}  # (request prompt, response) -> log-probs
+        self.logprobs: dict[
+            tuple[tuple[int, ...], tuple[int, ...]], list[float]
+        ] = {}  # (request prompt, response) -> log-probs
 
     def _wait(self, make):
         """Run the coroutine ``make()`` on the agent loop's event loop and wait for it (from a worker thread)."""
@@ -45,8 +53,15 @@ class ServerBackend:
             raise RuntimeError("ServerBackend methods block: call them from a worker thread, not the event loop's")
         return asyncio.run_coroutine_threadsafe(make(), self.loop).result()
 
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0,
-                 seed: int = 0, eos_token_id: int | None = None) -> list[list[int]]:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        eos_token_id: int | None = None,
+    ) -> list[list[int]]:
         check_generation_args(prompts, max_new_tokens, temperature, top_p)
         prompts = [[int(x) for x in p] for p in prompts]
 
@@ -79,14 +94,20 @@ class ServerBackend:
         suffix = [int(x) for x in torch.as_tensor(suffix).reshape(-1).tolist()]
 
         async def run():
-            return await asyncio.gather(*(self._read([int(x) for x in prefix], [int(t) for t in cuts], suffix, read_len, k, s)
-                                          for (prefix, cuts), s in zip(asks, seeds)))
+            return await asyncio.gather(
+                *(
+                    self._read([int(x) for x in prefix], [int(t) for t in cuts], suffix, read_len, k, s)
+                    for (prefix, cuts), s in zip(asks, seeds)
+                )
+            )
 
         return list(self._wait(run)) if asks else []
 
-    def leaf_logprobs(self, prompt: Sequence[int], root: Sequence[int], response: Sequence[int], prefix_len: int) -> list[float] | None:
-        """Rollout log-probs of a leaf whose group's root chain is ``root``: the root's own, or (a sibling) the root's on
-        the shared prefix joined to the continuation's. None when the server returned none."""
+    def leaf_logprobs(
+        self, prompt: Sequence[int], root: Sequence[int], response: Sequence[int], prefix_len: int
+    ) -> list[float] | None:
+        """Rollout log-probs of a leaf whose group's root chain is ``root``: the root's own, or (a sibling) the root's
+        on the shared prefix joined to the continuation's. None when the server returned none."""
         prompt, root, response = [int(x) for x in prompt], [int(x) for x in root], [int(x) for x in response]
         head = self.logprobs.get((tuple(prompt), tuple(root)))
         if response == root:

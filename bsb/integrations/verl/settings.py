@@ -81,8 +81,10 @@ class BsbSettings(ProbeConfig):
         except ValueError as err:
             why = str(err)
         if why:
-            out.append(f"bsb.selector={self.selector!r} cannot run through verl's servers: {why}. "
-                       f"Choose one of {', '.join(SERVER_SELECTORS)}")
+            out.append(
+                f"bsb.selector={self.selector!r} cannot run through verl's servers: {why}. "
+                f"Choose one of {', '.join(SERVER_SELECTORS)}"
+            )
         try:
             TreeConfig(self.chains, self.siblings)
         except ValueError as err:
@@ -96,7 +98,9 @@ class BsbSettings(ProbeConfig):
         if self.overlong_buffer < 0 or self.overlong_factor < 0:
             out.append("bsb.overlong_buffer and bsb.overlong_factor must be >= 0")
         if not (0 <= self.prefix_beta <= 1 and 0 <= self.prefix_alpha <= 1):
-            out.append(f"bsb.prefix_beta and bsb.prefix_alpha must be in [0, 1], got {self.prefix_beta}, {self.prefix_alpha}")
+            out.append(
+                f"bsb.prefix_beta and bsb.prefix_alpha must be in [0, 1], got {self.prefix_beta}, {self.prefix_alpha}"
+            )
         if self.threads < 1 or self.probe_timeout_s <= 0:
             out.append("bsb.threads must be >= 1 and bsb.probe_timeout_s > 0")
         return out
@@ -113,7 +117,10 @@ def _get(cfg: Mapping, dotted: str, default=None):
 
 def server_max_logprobs(cfg: Mapping) -> int:
     """The replicas' logprob limit: ``engine_kwargs.vllm.max_logprobs`` of the rollout, vLLM's 20 by default."""
-    return int(_get(cfg, "actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs", DEFAULT_SERVER_LOGPROBS) or DEFAULT_SERVER_LOGPROBS)
+    return int(
+        _get(cfg, "actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs", DEFAULT_SERVER_LOGPROBS)
+        or DEFAULT_SERVER_LOGPROBS
+    )
 
 
 def check_config(cfg: Mapping, build_task: bool = True) -> BsbSettings:
@@ -127,15 +134,21 @@ def check_config(cfg: Mapping, build_task: bool = True) -> BsbSettings:
     rollout = "actor_rollout_ref.rollout"
     reads_topk = settings.selector in SELECTORS and "belief_topk" in SELECTORS.get(settings.selector).requires
     if reads_topk and settings.top_k > server_max_logprobs(cfg):
-        problems.append(f"bsb.top_k={settings.top_k} exceeds the servers' logprob limit {server_max_logprobs(cfg)}: lower it or "
-                        f"raise {rollout}.engine_kwargs.vllm.max_logprobs")
+        problems.append(
+            f"bsb.top_k={settings.top_k} exceeds the servers' logprob limit {server_max_logprobs(cfg)}: lower it or "
+            f"raise {rollout}.engine_kwargs.vllm.max_logprobs"
+        )
     response = _get(cfg, f"{rollout}.response_length")
     if response is not None and int(response) < 3:
         problems.append(f"{rollout}.response_length={response}: a fork needs a prefix and a 2-token tail (>= 3)")
     checks = [
         (f"{rollout}.n", 1, "one agent-loop call builds one prompt's whole tree of M(1+k) leaves"),
         (f"{rollout}.agent.default_agent_loop", AGENT_LOOP, "the tree rollout is the bsb_tree agent loop"),
-        (f"{rollout}.agent.agent_loop_manager_class", MANAGER, "verl's own worker copies the last leaf's reward onto every leaf"),
+        (
+            f"{rollout}.agent.agent_loop_manager_class",
+            MANAGER,
+            "verl's own worker copies the last leaf's reward onto every leaf",
+        ),
         ("trainer.use_v1", True, "only verl's v1 (TransferQueue) trainer accepts several outputs per agent-loop call"),
     ]
     for key, want, why in checks:
@@ -145,11 +158,15 @@ def check_config(cfg: Mapping, build_task: bool = True) -> BsbSettings:
     if _get(cfg, "distillation.enabled"):
         problems.append("distillation.enabled: bsb's tree worker does not compute teacher log-probs (set it false)")
     if _get(cfg, "reward.reward_model.enable") and not _get(cfg, "reward.reward_model.enable_resource_pool"):
-        problems.append("reward.reward_model.enable: each leaf's reward is bsb's task verifier; a reward model is not used")
+        problems.append(
+            "reward.reward_model.enable: each leaf's reward is bsb's task verifier; a reward model is not used"
+        )
     estimator = _get(cfg, "algorithm.adv_estimator")
     if estimator not in ESTIMATORS:
-        problems.append(f"algorithm.adv_estimator must be one of {', '.join(ESTIMATORS)} (the rows' uids carry the tree, which "
-                        f"verl's own estimators would read as groups), got {estimator!r}")
+        problems.append(
+            f"algorithm.adv_estimator must be one of {', '.join(ESTIMATORS)} (the rows' uids carry the tree, which "
+            f"verl's own estimators would read as groups), got {estimator!r}"
+        )
     if build_task and not any(p.startswith("bsb: unknown") for p in problems):
         from bsb.tasks.registry import make_task
 

@@ -3,7 +3,7 @@
 Per call (``actor_rollout_ref.rollout.n = 1``; one dataset row = one tree):
 
 1. the prompt is tokenised by verl (its chat template and Continuous Token builder), the row's
-   ``reward_model.ground_truth`` becomes the bsb :class:`~bsb.tasks.task.Problem`'s gold answer;
+   ``reward_model.ground_truth`` becomes the bsb :class:`~bsb.tasks.base.Problem`'s gold answer;
 2. :func:`bsb.train.rollout.tree_rollout`, unchanged, builds the tree through a
    :class:`~bsb.integrations.verl.server_backend.ServerBackend` in a worker thread: M roots, the selector's reads,
    refills for chains that cannot fork, k siblings at each fork: exactly M(1+k) leaves. Root, probes and siblings
@@ -68,8 +68,16 @@ def tree_kit(config, tokenizer) -> TreeKit:
     from omegaconf import OmegaConf
 
     bsb = OmegaConf.to_container(config.bsb, resolve=True) if "bsb" in config else {}
-    key = json.dumps([bsb, OmegaConf.select(config, "actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs"),
-                      getattr(tokenizer, "name_or_path", ""), len(tokenizer)], sort_keys=True, default=str)
+    key = json.dumps(
+        [
+            bsb,
+            OmegaConf.select(config, "actor_rollout_ref.rollout.engine_kwargs.vllm.max_logprobs"),
+            getattr(tokenizer, "name_or_path", ""),
+            len(tokenizer),
+        ],
+        sort_keys=True,
+        default=str,
+    )
     if key not in _KITS:
         plain = OmegaConf.to_container(config, resolve=True)
         s = check_config(plain)
@@ -79,8 +87,17 @@ def tree_kit(config, tokenizer) -> TreeKit:
         if eos is None:
             raise ValueError("the tokenizer has no eos_token_id: bsb's tree needs one to tell finished chains")
         probe = CompletionsProbe(s.probe_timeout_s) if s.probe_endpoint == "completions" else PromptLogprobsProbe()
-        _KITS[key] = TreeKit(s, task, sel, newline_token_mask(tokenizer), int(eos), server_max_logprobs(plain),
-                             ThreadPoolExecutor(s.threads, thread_name_prefix="bsb-tree"), probe, {})
+        _KITS[key] = TreeKit(
+            s,
+            task,
+            sel,
+            newline_token_mask(tokenizer),
+            int(eos),
+            server_max_logprobs(plain),
+            ThreadPoolExecutor(s.threads, thread_name_prefix="bsb-tree"),
+            probe,
+            {},
+        )
     return _KITS[key]
 
 
@@ -89,10 +106,14 @@ def problem_from_row(row: Mapping[str, Any], task: Task | None = None) -> Proble
     task's ``parse_answer`` when it has one: the code task's hidden tests)."""
     reward_model = row.get("reward_model") or {}
     if "ground_truth" not in reward_model:
-        raise ValueError(f"dataset row {row.get('uid')!r} has no reward_model.ground_truth: bsb's verifier needs the gold answer "
-                         "(verl's data preprocessing writes it; see `bsb data`)")
+        raise ValueError(
+            f"dataset row {row.get('uid')!r} has no reward_model.ground_truth: bsb's verifier needs the gold answer "
+            "(verl's data preprocessing writes it; see `bsb data`)"
+        )
     messages = list(row.get("raw_prompt") or [])
-    text = next((m.get("content", "") for m in reversed(messages) if isinstance(m, Mapping) and m.get("role") == "user"), "")
+    text = next(
+        (m.get("content", "") for m in reversed(messages) if isinstance(m, Mapping) and m.get("role") == "user"), ""
+    )
     meta = dict(row.get("extra_info") or {})
     meta.setdefault("data_source", row.get("data_source"))
     answer = hook(task, "parse_answer")(reward_model["ground_truth"])
@@ -117,8 +138,11 @@ class BsbTreeAgentLoop(AgentLoopBase):
 
         async def call(ids: list[int], params: dict):
             out = await self.server_manager.generate(request_id=request_id, prompt_ids=ids, sampling_params=params)
-            steps.extend(out.extra_fields[k] for k in ("global_steps", "min_global_steps", "max_global_steps")
-                         if out.extra_fields.get(k) is not None)
+            steps.extend(
+                out.extra_fields[k]
+                for k in ("global_steps", "min_global_steps", "max_global_steps")
+                if out.extra_fields.get(k) is not None
+            )
             return out
 
         async def generate(ids: list[int], params: dict):
@@ -132,26 +156,54 @@ class BsbTreeAgentLoop(AgentLoopBase):
         async def read(prefix, cuts, suffix, read_len, k, seed):
             if isinstance(kit.probe, PromptLogprobsProbe):
                 return await kit.probe.read(generate_extra, prefix, cuts, suffix, read_len, k, seed)
-            return await kit.probe.read(await self._replica_url(kit, request_id), prefix, cuts, suffix, read_len, k, seed)
+            return await kit.probe.read(
+                await self._replica_url(kit, request_id), prefix, cuts, suffix, read_len, k, seed
+            )
 
-        extras = {key: sampling_params[key] for key in ("top_k", "repetition_penalty", "logprobs") if key in sampling_params}
+        extras = {
+            key: sampling_params[key] for key in ("top_k", "repetition_penalty", "logprobs") if key in sampling_params
+        }
         backend = ServerBackend(loop, generate, read, kit.max_logprobs, extras)
         temperature, top_p = float(sampling_params.get("temperature", 1.0)), float(sampling_params.get("top_p", 1.0))
         seed = derive(s.seed, problem.id, kwargs.get("session_id", 0))
         if self.tree:
             tcfg = TreeConfig(s.chains, s.siblings, response_length, temperature, top_p, s.max_refills)
-            build = functools.partial(tree_rollout, [prompt_ids], [problem.id], [problem.answer], backend, kit.selector, backend,
-                                      kit.newline, tcfg, kit.eos, seed)
+            build = functools.partial(
+                tree_rollout,
+                [prompt_ids],
+                [problem.id],
+                [problem.answer],
+                backend,
+                kit.selector,
+                backend,
+                kit.newline,
+                tcfg,
+                kit.eos,
+                seed,
+            )
         else:
-            build = functools.partial(flat_rollout, [prompt_ids], [problem.id], [problem.answer], backend, 1, response_length,
-                                      kit.eos, seed, temperature, top_p)
+            build = functools.partial(
+                flat_rollout,
+                [prompt_ids],
+                [problem.id],
+                [problem.answer],
+                backend,
+                1,
+                response_length,
+                kit.eos,
+                seed,
+                temperature,
+                top_p,
+            )
         trees, times = await loop.run_in_executor(kit.pool, build)
         tree = trees[0]
         decode = functools.partial(self.tokenizer.decode, skip_special_tokens=True)
         reward_cfg = RewardConfig(response_length, s.overlong_buffer, s.overlong_factor)
         await loop.run_in_executor(kit.pool, score_trees, trees, [problem], kit.task, decode, reward_cfg, kit.eos)
         metrics = AgentLoopMetrics(generate_sequences=times.generate_s)
-        outputs = leaf_outputs(tree, prompt_ids, backend if sampling_params.get("logprobs") else None, metrics, times.select_s)
+        outputs = leaf_outputs(
+            tree, prompt_ids, backend if sampling_params.get("logprobs") else None, metrics, times.select_s
+        )
         if steps:
             for out in outputs:
                 out.extra_fields.update(min_global_steps=min(steps), max_global_steps=max(steps))
@@ -177,21 +229,45 @@ class BsbSingleAgentLoop(BsbTreeAgentLoop):
     tree = False
 
 
-def leaf_outputs(tree: PromptTree, prompt_ids: list[int], backend: ServerBackend | None, metrics: AgentLoopMetrics,
-                 select_s: float = 0.0) -> list[AgentLoopOutput]:
+def leaf_outputs(
+    tree: PromptTree,
+    prompt_ids: list[int],
+    backend: ServerBackend | None,
+    metrics: AgentLoopMetrics,
+    select_s: float = 0.0,
+) -> list[AgentLoopOutput]:
     """One verl output per leaf, with its own reward, correctness and place in the tree."""
     roots = {leaf.group: leaf.response for leaf in tree.leaves if leaf.origin == "root"}
     out = []
     for leaf in tree.leaves:
         fork = tree.fork_positions[leaf.group] if leaf.group < len(tree.fork_positions) else None
-        logprobs = backend.leaf_logprobs(prompt_ids, roots.get(leaf.group, leaf.response), leaf.response, leaf.prefix_len) if backend else None
-        out.append(AgentLoopOutput(
-            prompt_ids=list(prompt_ids), response_ids=list(leaf.response), response_mask=[1] * len(leaf.response),
-            response_logprobs=logprobs, reward_score=float(leaf.reward), num_turns=2, metrics=metrics,
-            extra_fields={
-                "reward_extra_info": {"acc": float(leaf.correct), "score": float(leaf.reward)},
-                "bsb_group": int(leaf.group), "bsb_prefix_len": int(leaf.prefix_len), "bsb_origin": leaf.origin,
-                "bsb_fork": -1 if fork is None else int(fork), "bsb_refills": tree.refills, "bsb_fallbacks": tree.fallbacks,
-                "bsb_probe_tokens": tree.probe_tokens, "bsb_select_s": select_s, "turn_scores": [], "tool_rewards": [],
-            }))
+        logprobs = (
+            backend.leaf_logprobs(prompt_ids, roots.get(leaf.group, leaf.response), leaf.response, leaf.prefix_len)
+            if backend
+            else None
+        )
+        out.append(
+            AgentLoopOutput(
+                prompt_ids=list(prompt_ids),
+                response_ids=list(leaf.response),
+                response_mask=[1] * len(leaf.response),
+                response_logprobs=logprobs,
+                reward_score=float(leaf.reward),
+                num_turns=2,
+                metrics=metrics,
+                extra_fields={
+                    "reward_extra_info": {"acc": float(leaf.correct), "score": float(leaf.reward)},
+                    "bsb_group": int(leaf.group),
+                    "bsb_prefix_len": int(leaf.prefix_len),
+                    "bsb_origin": leaf.origin,
+                    "bsb_fork": -1 if fork is None else int(fork),
+                    "bsb_refills": tree.refills,
+                    "bsb_fallbacks": tree.fallbacks,
+                    "bsb_probe_tokens": tree.probe_tokens,
+                    "bsb_select_s": select_s,
+                    "turn_scores": [],
+                    "tool_rewards": [],
+                },
+            )
+        )
     return out

@@ -37,9 +37,13 @@ class BsbTreeAgentLoopWorker(AgentLoopWorker):
     async def _run_agent_loop(self, sampling_params, trajectory, *, agent_name: str, trace: bool = True, **kwargs):
         if trajectory["validate"] and agent_name == "bsb_tree":
             agent_name = "bsb_single"
-        return await AgentLoopWorker._run_agent_loop(self, sampling_params, trajectory, agent_name=agent_name, trace=trace, **kwargs)
+        return await AgentLoopWorker._run_agent_loop(
+            self, sampling_params, trajectory, agent_name=agent_name, trace=trace, **kwargs
+        )
 
-    async def _agent_loop_postprocess(self, output: AgentLoopOutput | list[AgentLoopOutput], validate, **kwargs) -> None:
+    async def _agent_loop_postprocess(
+        self, output: AgentLoopOutput | list[AgentLoopOutput], validate, **kwargs
+    ) -> None:
         """verl's TQ post-processing, minus the reward copy; each row's uid carries its place in the tree."""
         uid, session_id = kwargs["uid"], kwargs["session_id"]
         outputs = output if isinstance(output, list) else [output]
@@ -53,7 +57,9 @@ class BsbTreeAgentLoopWorker(AgentLoopWorker):
             input_ids = torch.cat([prompts, responses], dim=0)
             attention_mask = torch.ones_like(input_ids, dtype=torch.int64)
             multi_modal_inputs = self._compute_multi_modal_inputs(out, input_ids)
-            position_ids = self._compute_position_ids(input_ids.unsqueeze(0), attention_mask.unsqueeze(0), multi_modal_inputs).squeeze(0)
+            position_ids = self._compute_position_ids(
+                input_ids.unsqueeze(0), attention_mask.unsqueeze(0), multi_modal_inputs
+            ).squeeze(0)
             keys.append(f"{uid}_{session_id}_{i}")
             field = out.as_dict()
             field.update(kwargs)
@@ -61,13 +67,29 @@ class BsbTreeAgentLoopWorker(AgentLoopWorker):
             extra = field["extra_fields"]
             field["uid"] = encode_uid(uid, extra.get("bsb_group", i), extra.get("bsb_prefix_len", 0))
             field["loss_mask"] = field["response_mask"]
-            field["input_ids"], field["position_ids"], field["multi_modal_inputs"] = input_ids, position_ids, multi_modal_inputs
+            field["input_ids"], field["position_ids"], field["multi_modal_inputs"] = (
+                input_ids,
+                position_ids,
+                multi_modal_inputs,
+            )
             fields.append(field)
-            tags.append({"status": "success", "prompt_len": prompts.size(0), "response_len": responses.size(0),
-                         "seq_len": prompts.size(0) + responses.size(0), "global_steps": kwargs["global_steps"],
-                         "min_global_steps": extra.get("min_global_steps"), "max_global_steps": extra.get("max_global_steps")})
-        await tq.async_kv_batch_put(keys=keys, fields=list_of_dict_to_tensordict(fields), tags=tags,
-                                    partition_id="train" if not validate else "val")
+            tags.append(
+                {
+                    "status": "success",
+                    "prompt_len": prompts.size(0),
+                    "response_len": responses.size(0),
+                    "seq_len": prompts.size(0) + responses.size(0),
+                    "global_steps": kwargs["global_steps"],
+                    "min_global_steps": extra.get("min_global_steps"),
+                    "max_global_steps": extra.get("max_global_steps"),
+                }
+            )
+        await tq.async_kv_batch_put(
+            keys=keys,
+            fields=list_of_dict_to_tensordict(fields),
+            tags=tags,
+            partition_id="train" if not validate else "val",
+        )
 
 
 class BsbTreeAgentLoopManager(AgentLoopManagerTQ):

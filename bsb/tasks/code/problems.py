@@ -76,7 +76,9 @@ def _decode(raw, field: str):
     except RowError:
         raise
     except Exception as err:  # noqa: BLE001 - any decoding failure is a malformed field
-        raise RowError(f"field {field!r} is neither JSON nor base64/zlib-compressed JSON ({type(err).__name__})") from None
+        raise RowError(
+            f"field {field!r} is neither JSON nor base64/zlib-compressed JSON ({type(err).__name__})"
+        ) from None
     if not isinstance(text, str):
         raise RowError(f"field {field!r} decompresses to {type(text).__name__}, not JSON text")
     try:
@@ -108,7 +110,13 @@ def _out_text(value, style: str) -> str:
     return str(value)
 
 
-STYLE = {"stdin": "stdin", "stdin_stdout": "stdin", "functional": "function", "function_call": "function", "call": "function"}
+STYLE = {
+    "stdin": "stdin",
+    "stdin_stdout": "stdin",
+    "functional": "function",
+    "function_call": "function",
+    "call": "function",
+}
 
 
 def parse_tests(raw, field: str, fn_hint: str | None = None) -> CodeTests:
@@ -120,8 +128,12 @@ def parse_tests(raw, field: str, fn_hint: str | None = None) -> CodeTests:
         ins, outs = tests.get("inputs") or [], tests.get("outputs")
         if outs is None or len(outs) != len(ins):
             raise RowError(f"field {field!r}: {len(ins)} inputs but {0 if outs is None else len(outs)} outputs")
-        return CodeTests(style, tuple(_args_text(i) if style == "function" else _out_text(i, "stdin") for i in ins),
-                         tuple(_out_text(o, style) for o in outs), fn)
+        return CodeTests(
+            style,
+            tuple(_args_text(i) if style == "function" else _out_text(i, "stdin") for i in ins),
+            tuple(_out_text(o, style) for o in outs),
+            fn,
+        )
     if not isinstance(tests, list) or not tests:
         raise RowError(f"field {field!r}: expected a non-empty list of tests, got {type(tests).__name__}")
     styles, ins, outs, fn = set(), [], [], fn_hint
@@ -157,7 +169,9 @@ def _deepcoder(row: dict, i: int, stem: str) -> Problem:
     meta = _meta(row.get("metadata"))
     tests = parse_tests(row.get("tests"), "tests", meta.get("func_name"))
     pid = str(row.get("id") or row.get("problem_id") or f"{stem}-{i}")
-    return Problem(pid, str(text).strip(), tests, {"starter_code": row.get("starter_code") or "", "source": "deepcoder"})
+    return Problem(
+        pid, str(text).strip(), tests, {"starter_code": row.get("starter_code") or "", "source": "deepcoder"}
+    )
 
 
 def _livecodebench(row: dict, i: int, stem: str) -> Problem:
@@ -165,16 +179,32 @@ def _livecodebench(row: dict, i: int, stem: str) -> Problem:
     if not text or not str(text).strip():
         raise RowError("missing or empty field 'question_content'")
     meta = _meta(row.get("metadata"))
-    public = parse_tests(row.get("public_test_cases") or "[]", "public_test_cases", meta.get("func_name")) \
-        if _decode(row.get("public_test_cases") or "[]", "public_test_cases") else None
+    public = (
+        parse_tests(row.get("public_test_cases") or "[]", "public_test_cases", meta.get("func_name"))
+        if _decode(row.get("public_test_cases") or "[]", "public_test_cases")
+        else None
+    )
     private = parse_tests(row.get("private_test_cases"), "private_test_cases", meta.get("func_name"))
     if public is not None and public.style != private.style:
         raise RowError("public_test_cases and private_test_cases differ in style")
-    tests = private if public is None else CodeTests(private.style, public.inputs + private.inputs, public.outputs + private.outputs,
-                                                      private.fn_name or public.fn_name)
+    tests = (
+        private
+        if public is None
+        else CodeTests(
+            private.style,
+            public.inputs + private.inputs,
+            public.outputs + private.outputs,
+            private.fn_name or public.fn_name,
+        )
+    )
     pid = str(row.get("question_id") or f"{stem}-{i}")
-    meta_out = {"starter_code": row.get("starter_code") or "", "platform": row.get("platform"), "difficulty": row.get("difficulty"),
-                "contest_date": str(row.get("contest_date") or ""), "source": "livecodebench"}
+    meta_out = {
+        "starter_code": row.get("starter_code") or "",
+        "platform": row.get("platform"),
+        "difficulty": row.get("difficulty"),
+        "contest_date": str(row.get("contest_date") or ""),
+        "source": "livecodebench",
+    }
     return Problem(pid, str(text).strip(), tests, meta_out)
 
 
@@ -199,8 +229,10 @@ def load_code_problems(path: str | Path, format: str | None = None) -> list[Prob
     def read(row: dict, i: int) -> Problem:
         kind = format or detect_code_format(row)
         if kind is None:
-            raise RowError(f"not a DeepCoder (problem, tests) or LiveCodeBench (question_content, private_test_cases) row; "
-                           f"columns found: {', '.join(map(str, row))}")
+            raise RowError(
+                f"not a DeepCoder (problem, tests) or LiveCodeBench (question_content, private_test_cases) row; "
+                f"columns found: {', '.join(map(str, row))}"
+            )
         return READERS[kind](row, i, path.stem)
 
     return rows_to_problems(path, rows, read, "an object")

@@ -72,8 +72,25 @@ def layers() -> dict[str, bool]:
     ns = False
     if root and shutil.which("unshare"):
         try:
-            ns = subprocess.run(["unshare", "--pid", "--net", "--mount", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc", "true"],
-                                capture_output=True, timeout=20).returncode == 0
+            ns = (
+                subprocess.run(
+                    [
+                        "unshare",
+                        "--pid",
+                        "--net",
+                        "--mount",
+                        "--ipc",
+                        "--uts",
+                        "--fork",
+                        "--kill-child",
+                        "--mount-proc",
+                        "true",
+                    ],
+                    capture_output=True,
+                    timeout=20,
+                ).returncode
+                == 0
+            )
         except (OSError, subprocess.TimeoutExpired):
             ns = False
     return {"process": True, "rlimits": True, "supervisor": True, "user": root, "namespaces": ns}
@@ -124,12 +141,25 @@ def _base() -> Path:
         return _BASE
 
 
-def run_program(source: str, stdin: str = "", *, timeout_s: float, memory_mb: int, output_limit: int = 1 << 20,
-                max_processes: int = 32, max_file_mb: int = 16, hide=(), slot: int = 0) -> SandboxResult:
+def run_program(
+    source: str,
+    stdin: str = "",
+    *,
+    timeout_s: float,
+    memory_mb: int,
+    output_limit: int = 1 << 20,
+    max_processes: int = 32,
+    max_file_mb: int = 16,
+    hide=(),
+    slot: int = 0,
+) -> SandboxResult:
     """Run the Python program ``source`` with ``stdin`` under every layer this machine allows; never raises for
     anything the program does. ``output_limit``: bytes of stdout and of stderr kept (more ends the run)."""
     if timeout_s <= 0 or memory_mb < 16 or output_limit < 1:
-        raise ValueError(f"timeout_s must be > 0, memory_mb >= 16 and output_limit >= 1; got {timeout_s}, {memory_mb}, {output_limit}")
+        raise ValueError(
+            "timeout_s must be > 0, memory_mb >= 16 and output_limit >= 1; "
+            f"got {timeout_s}, {memory_mb}, {output_limit}"
+        )
     avail = layers()
     work = Path(tempfile.mkdtemp(prefix="run-", dir=_base()))
     uid = SANDBOX_UID + slot if avail["user"] else None
@@ -139,12 +169,30 @@ def run_program(source: str, stdin: str = "", *, timeout_s: float, memory_mb: in
             os.chown(work, uid, uid)
             os.chown(work / "prog.py", uid, uid)
         work.chmod(0o700)
-        spec = dict(workdir=str(work), python=sandbox_python(), cpu_s=int(timeout_s) + 1, memory_mb=int(memory_mb),
-                    nproc=int(max_processes), fsize_mb=int(max_file_mb), uid=uid,
-                    hide=_hidden_paths(hide) if avail["namespaces"] else [])
+        spec = dict(
+            workdir=str(work),
+            python=sandbox_python(),
+            cpu_s=int(timeout_s) + 1,
+            memory_mb=int(memory_mb),
+            nproc=int(max_processes),
+            fsize_mb=int(max_file_mb),
+            uid=uid,
+            hide=_hidden_paths(hide) if avail["namespaces"] else [],
+        )
         cmd = [sys.executable, "-I", "-S", "-B", str(LAUNCHER), json.dumps(spec)]
         if avail["namespaces"]:
-            cmd = ["unshare", "--pid", "--net", "--mount", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc", *cmd]
+            cmd = [
+                "unshare",
+                "--pid",
+                "--net",
+                "--mount",
+                "--ipc",
+                "--uts",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
+                *cmd,
+            ]
         return _supervise(cmd, stdin, timeout_s, output_limit, str(work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -152,8 +200,16 @@ def run_program(source: str, stdin: str = "", *, timeout_s: float, memory_mb: in
 
 def _supervise(cmd: list[str], stdin: str, timeout_s: float, output_limit: int, cwd: str) -> SandboxResult:
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, close_fds=True,
-                            start_new_session=True, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        close_fds=True,
+        start_new_session=True,
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+    )
     writer = threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True)
     writer.start()
     out, err, why = bytearray(), bytearray(), None
@@ -185,7 +241,10 @@ def _supervise(cmd: list[str], stdin: str, timeout_s: float, output_limit: int, 
     _kill(proc)
     sel.close()
     wall = time.perf_counter() - start
-    stdout, stderr = bytes(out[:output_limit]).decode("utf-8", "replace"), bytes(err[:output_limit]).decode("utf-8", "replace")
+    stdout, stderr = (
+        bytes(out[:output_limit]).decode("utf-8", "replace"),
+        bytes(err[:output_limit]).decode("utf-8", "replace"),
+    )
     if why is not None:
         return SandboxResult(why[0], None, stdout, stderr, why[1], wall)
     return _verdict(proc.returncode, stdout, stderr, wall)
@@ -232,14 +291,18 @@ def _verdict(code: int, stdout: str, stderr: str, wall: float) -> SandboxResult:
     tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
     if "MemoryError" in tail or "Cannot allocate memory" in stderr:
         return SandboxResult("memory", code, stdout, stderr, "memory limit", wall)
-    return SandboxResult("error", code, stdout, stderr, tail or f"exit code {code}", wall)  # 125: the launcher's own failure
+    return SandboxResult(
+        "error", code, stdout, stderr, tail or f"exit code {code}", wall
+    )  # 125: the launcher's own failure
 
 
 class SandboxPool:
     """Many programs at once: ``workers`` concurrent runs, each with its own uid (as root), under a total memory
     bound (``workers × memory_mb`` never exceeds ``total_memory_mb``)."""
 
-    def __init__(self, workers: int = 2, *, timeout_s: float = 6.0, memory_mb: int = 512, total_memory_mb: int = 4096, **limits):
+    def __init__(
+        self, workers: int = 2, *, timeout_s: float = 6.0, memory_mb: int = 512, total_memory_mb: int = 4096, **limits
+    ):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.workers = max(1, min(workers, total_memory_mb // memory_mb))
@@ -248,8 +311,10 @@ class SandboxPool:
         self.kw = dict(timeout_s=timeout_s, memory_mb=memory_mb, **limits)
         check = run_program("print(6 * 7)", timeout_s=max(timeout_s, 10.0), memory_mb=memory_mb)
         if check.stdout != "42\n":  # e.g. an interpreter the sandbox uid cannot execute: every run would fail
-            raise RuntimeError(f"the sandbox cannot run a trivial program ({check.status}: {check.reason}); interpreter "
-                               f"{sandbox_python()}, layers {layers()}; set BSB_SANDBOX_PYTHON to a python3 the sandbox can run")
+            raise RuntimeError(
+                f"the sandbox cannot run a trivial program ({check.status}: {check.reason}); interpreter "
+                f"{sandbox_python()}, layers {layers()}; set BSB_SANDBOX_PYTHON to a python3 the sandbox can run"
+            )
         self._slots = list(range(self.workers))
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="bsb-sandbox")

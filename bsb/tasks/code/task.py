@@ -1,4 +1,4 @@
-"""The ``code`` task: programs graded by hidden tests in the sandbox (seed 000's second domain).
+"""The ``code`` task: programs graded by hidden tests in the sandbox ([Fork]'s second domain).
 
 * Problems: DeepCoder / LiveCodeBench files (``train_file``, ``val_file``; :mod:`bsb.tasks.code.problems`), or,
   without files, the embedded code default's synthetic recipes (:mod:`bsb.tasks.synthetic.code`).
@@ -73,7 +73,9 @@ def returned_matches(stdout: str, want: str) -> bool:
         got, expected = json.loads(line[len(RESULT) :]), json.loads(want)
     except json.JSONDecodeError:
         return False
-    return got == expected or (isinstance(got, (int, float)) and isinstance(expected, (int, float)) and _numbers_close(str(got), str(expected)))
+    return got == expected or (
+        isinstance(got, (int, float)) and isinstance(expected, (int, float)) and _numbers_close(str(got), str(expected))
+    )
 
 
 class CodeTask(SyntheticTask):
@@ -84,9 +86,19 @@ class CodeTask(SyntheticTask):
     embedded_model = "code"  # `model: embedded` resolves to the embedded code default (bsb.embedded.model)
     held_out_seed, sample_seed = 10**9 + 7, 7373
 
-    def __init__(self, train_file: str | None = None, val_file: str | None = None, format: str | None = None,
-                 ops: tuple[int, ...] | list[int] = (2, 3), max_operand: int = 5, timeout_s: float = 6.0, memory_mb: int = 512,
-                 workers: int = 2, suffix: str | None = None, read_len: int = 16):
+    def __init__(
+        self,
+        train_file: str | None = None,
+        val_file: str | None = None,
+        format: str | None = None,
+        ops: tuple[int, ...] | list[int] = (2, 3),
+        max_operand: int = 5,
+        timeout_s: float = 6.0,
+        memory_mb: int = 512,
+        workers: int = 2,
+        suffix: str | None = None,
+        read_len: int = 16,
+    ):
         if read_len < 1:
             raise ValueError(f"task option read_len must be >= 1, got {read_len}")
         if suffix is not None and not suffix:
@@ -99,13 +111,19 @@ class CodeTask(SyntheticTask):
         # Loaded now, so a malformed file is an error before any model is loaded.
         self.train = load_code_problems(train_file, format) if train_file else None
         self.val = load_code_problems(val_file, format) if val_file else None
-        self.pool = SandboxPool(workers, timeout_s=timeout_s, memory_mb=memory_mb, total_memory_mb=max(memory_mb, workers * memory_mb))
+        self.pool = SandboxPool(
+            workers, timeout_s=timeout_s, memory_mb=memory_mb, total_memory_mb=max(memory_mb, workers * memory_mb)
+        )
 
     # ------------------------------------------------------------------ problems
     def make(self, rng: random.Random, n_ops: int, pid: str) -> Problem:
         r = make_recipe(rng, n_ops, self.max_operand)
-        tests = CodeTests(r.style, tuple(str(x) if r.style == "stdin" else json.dumps(x) for x in r.inputs),
-                          tuple(str(r.value(x)) for x in r.inputs), "f" if r.style == "function" else None)
+        tests = CodeTests(
+            r.style,
+            tuple(str(x) if r.style == "stdin" else json.dumps(x) for x in r.inputs),
+            tuple(str(r.value(x)) for x in r.inputs),
+            "f" if r.style == "function" else None,
+        )
         return Problem(pid, r.prompt, tests, {"ops": n_ops, "solution": r.program()})
 
     def held_out(self, n: int) -> list[Problem]:

@@ -22,7 +22,7 @@ SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 @dataclass(frozen=True)
 class ProblemSet:
     path: Path
-    schema: str  # the schema name (bsb.tasks.schemas.SCHEMAS)
+    schema: str  # the schema name (bsb.tasks.data.schemas.SCHEMAS)
     problems: list[Problem]
     columns: list[str]  # the first row's columns, as found
 
@@ -59,10 +59,14 @@ def read_rows(path: str | Path) -> list[tuple[str, object]]:
     raise ValueError(f"{path}: unknown problem file type {path.suffix!r}; use {', '.join(SUFFIXES)}")
 
 
-def rows_to_problems(path: Path, rows: list[tuple[str, object]], read: Callable[[dict, int], Problem],
-                     what: str = "an object with prompt and answer fields") -> list[Problem]:
-    """Every row through ``read(row, index)``: no rows, a row that is not an object, a :class:`RowError` (re-raised naming the file
-    and the row) or a duplicate id is an error."""
+def rows_to_problems(
+    path: Path,
+    rows: list[tuple[str, object]],
+    read: Callable[[dict, int], Problem],
+    what: str = "an object with prompt and answer fields",
+) -> list[Problem]:
+    """Every row through ``read(row, index)``: no rows, a row that is not an object, a :class:`RowError`
+    (re-raised naming the file and the row) or a duplicate id is an error."""
     if not rows:
         raise ValueError(f"{path} holds no problems")
     problems, seen = [], set()
@@ -93,10 +97,15 @@ def load_problem_set(path: str | Path, format: str | None = None, seed: int = 0)
         found = detect(row)
         if schema[0] is None:
             if found is None:
-                raise RowError(f"unknown schema; recognised: {', '.join(SCHEMAS)}; columns found: {', '.join(map(str, row))}")
+                raise RowError(
+                    f"unknown schema; recognised: {', '.join(SCHEMAS)}; columns found: {', '.join(map(str, row))}"
+                )
             schema[0] = found
         elif format is None and found != schema[0]:
-            raise RowError(f"a {found or 'unknown'}-schema row in a {schema[0]} file (columns: {', '.join(map(str, row))}); one schema per file")
+            raise RowError(
+                f"a {found or 'unknown'}-schema row in a {schema[0]} file (columns: {', '.join(map(str, row))}); "
+                "one schema per file"
+            )
         return SCHEMAS[schema[0]][0](row, i, path.stem, seed)
 
     problems = rows_to_problems(path, rows, read)

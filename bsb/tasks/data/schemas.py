@@ -1,4 +1,4 @@
-"""The published schemas of the paper's data sets, each read into :class:`~bsb.tasks.task.Problem` rows.
+"""The published schemas of the paper's data sets, each read into :class:`~bsb.tasks.base.Problem` rows.
 
 A schema is recognised from a row's columns (or named with ``format=``). Each reader returns the problem text the
 model sees, the gold answer and the *answer convention* (``problem.meta["convention"]``) its verifier applies:
@@ -88,14 +88,26 @@ def read_verl(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
     extra = row.get("extra_info") if isinstance(row.get("extra_info"), Mapping) else {}
     pid = str(extra.get("index", f"{path_stem}-{index}"))
     msgs = [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
-    return _problem(pid, text, [str(rm["ground_truth"])], convention, messages=msgs, style=str(rm.get("style", "")),
-                    data_source=str(row.get("data_source", "")))
+    return _problem(
+        pid,
+        text,
+        [str(rm["ground_truth"])],
+        convention,
+        messages=msgs,
+        style=str(rm.get("style", "")),
+        data_source=str(row.get("data_source", "")),
+    )
 
 
 def read_olympiad(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
     if "proof" in str(row.get("question_type", "")).lower():
-        raise RowError("a theorem-proving row has no final answer: use the open-ended subset (e.g. OE_TO_maths_en_COMP)")
-    if any(row.get(f"image_{i}") for i in range(1, 6)) or str(row.get("modality", "Text-only")) not in ("Text-only", ""):
+        raise RowError(
+            "a theorem-proving row has no final answer: use the open-ended subset (e.g. OE_TO_maths_en_COMP)"
+        )
+    if any(row.get(f"image_{i}") for i in range(1, 6)) or str(row.get("modality", "Text-only")) not in (
+        "Text-only",
+        "",
+    ):
         raise RowError("a multimodal row needs its images: use the text-only subset (e.g. OE_TO_maths_en_COMP)")
     question = _text(row, "question")
     final = row.get("final_answer")
@@ -106,8 +118,15 @@ def read_olympiad(row: Mapping, index: int, path_stem: str, seed: int) -> Proble
         raise RowError("field 'final_answer' is a list of nothing")
     multiple = bool(row.get("is_multiple_answer"))
     unit = row.get("unit") or ""
-    return _problem(str(row.get("id", f"{path_stem}-{index}")), question, answers, "boxed", "all" if multiple else "any",
-                    unit=str(unit), answer_type=str(row.get("answer_type", "")))
+    return _problem(
+        str(row.get("id", f"{path_stem}-{index}")),
+        question,
+        answers,
+        "boxed",
+        "all" if multiple else "any",
+        unit=str(unit),
+        answer_type=str(row.get("answer_type", "")),
+    )
 
 
 def read_gpqa(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
@@ -131,17 +150,37 @@ def read_gpqa(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
 
 
 def read_math500(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
-    return _problem(str(row.get("unique_id") or f"{path_stem}-{index}"), _text(row, "problem"), [_text(row, "answer")], "boxed",
-                    subject=str(row.get("subject", "")), level=row.get("level"))
+    return _problem(
+        str(row.get("unique_id") or f"{path_stem}-{index}"),
+        _text(row, "problem"),
+        [_text(row, "answer")],
+        "boxed",
+        subject=str(row.get("subject", "")),
+        level=row.get("level"),
+    )
 
 
 def read_omni(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
-    return _problem(f"{path_stem}-{index}", _text(row, "problem"), [_strip_dollars(_text(row, "answer"))], "boxed",
-                    domain=list(row.get("domain") or []), difficulty=row.get("difficulty"), source=str(row.get("source", "")))
+    return _problem(
+        f"{path_stem}-{index}",
+        _text(row, "problem"),
+        [_strip_dollars(_text(row, "answer"))],
+        "boxed",
+        domain=list(row.get("domain") or []),
+        difficulty=row.get("difficulty"),
+        source=str(row.get("source", "")),
+    )
 
 
 def read_aime(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
-    text = next((str(row[k]).strip() for k in ("Problem", "problem", "question") if row.get(k) is not None and str(row[k]).strip()), None)
+    text = next(
+        (
+            str(row[k]).strip()
+            for k in ("Problem", "problem", "question")
+            if row.get(k) is not None and str(row[k]).strip()
+        ),
+        None,
+    )
     if text is None:
         raise RowError("missing field 'problem' (or 'Problem', 'question')")
     raw = next((row[k] for k in ("Answer", "answer") if row.get(k) is not None and str(row[k]).strip()), None)
@@ -175,7 +214,10 @@ def read_plain(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
     if raw is None:
         raise RowError(f"missing field {ANSWER_FIELDS[0]!r} (or {', '.join(repr(n) for n in ANSWER_FIELDS[1:])})")
     if isinstance(raw, (list, tuple)):
-        raise RowError("the answer field is a list: name the schema (e.g. format=olympiad) so its answers are read, not stringified")
+        raise RowError(
+            "the answer field is a list: name the schema (e.g. format=olympiad) so its answers are read, "
+            "not stringified"
+        )
     text = str(raw).strip()
     if "####" in text:  # a GSM8K-style worked answer
         text = text.rsplit("####", 1)[1].strip().replace(",", "")
@@ -197,8 +239,14 @@ SCHEMAS: dict[str, tuple[Callable[..., Problem], Callable[[set[str], Mapping], b
     "gpqa": (read_gpqa, lambda c, r: {"Question", "Correct Answer", "Incorrect Answer 1"} <= c),
     "math500": (read_math500, lambda c, r: {"problem", "answer", "subject", "level", "unique_id"} <= c),
     "omni_math": (read_omni, lambda c, r: {"problem", "answer", "domain", "difficulty", "source"} <= c),
-    "aime": (read_aime, lambda c, r: {"Problem", "Answer"} <= c or {"problem_idx", "problem", "answer"} <= c
-             or {"problem", "answer", "url", "year"} <= c),
+    "aime": (
+        read_aime,
+        lambda c, r: (
+            {"Problem", "Answer"} <= c
+            or {"problem_idx", "problem", "answer"} <= c
+            or {"problem", "answer", "url", "year"} <= c
+        ),
+    ),
     "gsm8k": (read_gsm8k, lambda c, r: c == {"question", "answer"} and "####" in str(r.get("answer", ""))),
     "plain": (read_plain, lambda c, r: bool(c & set(PROMPT_FIELDS + ANSWER_FIELDS))),  # names the field it misses
 }

@@ -74,7 +74,12 @@ class MathGrader:
     """``grade(response, gold) -> bool``: the response's last boxed answer against the gold answer."""
 
     def __init__(self, timeout_s: float = 2.0, max_answer_chars: int = 500, max_depth: int = 32, max_fracs: int = 16):
-        self.timeout_s, self.max_answer_chars, self.max_depth, self.max_fracs = timeout_s, max_answer_chars, max_depth, max_fracs
+        self.timeout_s, self.max_answer_chars, self.max_depth, self.max_fracs = (
+            timeout_s,
+            max_answer_chars,
+            max_depth,
+            max_fracs,
+        )
         self.stats: Counter[str] = Counter()
 
     def _count(self, kind: str, detail: str) -> None:
@@ -136,7 +141,7 @@ class MathGrader:
 
 
 def gated_reward(response: str, correct: bool, min_chars_before_box: int = 30) -> float:
-    """Seed 001's derivation gate (§4.1), its rule verbatim: ``text.rfind("\\boxed") >= 30``. A correct answer pays
+    """[TwoStage]'s derivation gate (§4.1), its rule verbatim: ``text.rfind("\\boxed") >= 30``. A correct answer pays
     only if the last ``\\boxed`` starts at least ``min_chars_before_box`` characters into the response, so a bare
     answer with no derivation earns 0. Only ``\\boxed`` counts (an ``\\fbox`` is graded but never opens the gate)."""
     return float(correct and response.rfind("\\boxed") >= min_chars_before_box)

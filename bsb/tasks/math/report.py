@@ -12,8 +12,15 @@ from bsb.tasks.math.task import MathTask
 from bsb.tasks.prompting import render_prompt
 
 
-def data_report(path: str, format: str | None = None, rows: int = 3, tokenizer=None, prompt_format: str = "plain",
-                choice_seed: int = 0, console=None) -> dict:
+def data_report(
+    path: str,
+    format: str | None = None,
+    rows: int = 3,
+    tokenizer=None,
+    prompt_format: str = "plain",
+    choice_seed: int = 0,
+    console=None,
+) -> dict:
     from rich.console import Console
     from rich.panel import Panel
 
@@ -21,16 +28,24 @@ def data_report(path: str, format: str | None = None, rows: int = 3, tokenizer=N
     task = MathTask(val_file=path, format=format, choice_seed=choice_seed)
     problems = task.val
     conventions = Counter(p.meta.get("convention", "boxed") for p in problems)
-    console.print(f"[bold]{path}[/bold]: schema [bold]{task.val_set.schema}[/bold], {len(problems)} problems; "
-                  f"columns: {', '.join(task.val_set.columns)}")
-    console.print(f"answer convention: {', '.join(f'{c} ({n})' for c, n in conventions.items())}; probe suffix {task.probe_suffix!r}; "
-                  f"prompt format: {prompt_format}")
+    console.print(
+        f"[bold]{path}[/bold]: schema [bold]{task.val_set.schema}[/bold], {len(problems)} problems; "
+        f"columns: {', '.join(task.val_set.columns)}"
+    )
+    console.print(
+        f"answer convention: {', '.join(f'{c} ({n})' for c, n in conventions.items())}; "
+        f"probe suffix {task.probe_suffix!r}; "
+        f"prompt format: {prompt_format}"
+    )
     shown = []
     for p in problems[:rows]:
         prompt = render_prompt(task, p, tokenizer, prompt_format)
         answers = p.meta.get("answers", [p.answer])
         how = "all of" if p.meta.get("match") == "all" else ("any of" if len(answers) > 1 else "")
         console.print(Panel(prompt, title=f"{p.id}: the prompt as the model sees it", title_align="left"))
-        console.print(f"  gold: {how + ' ' if how else ''}{' | '.join(map(str, answers))}   convention: {p.meta.get('convention', 'boxed')}")
+        console.print(
+            f"  gold: {how + ' ' if how else ''}{' | '.join(map(str, answers))}   "
+            f"convention: {p.meta.get('convention', 'boxed')}"
+        )
         shown.append({"id": p.id, "prompt": prompt, "gold": p.answer, "answers": answers})
     return {"schema": task.val_set.schema, "rows": len(problems), "conventions": dict(conventions), "shown": shown}

@@ -1,10 +1,11 @@
-"""The ``math`` task: problem files in any published schema (:mod:`bsb.tasks.data.schemas`), graded by :class:`MathGrader`
-under each problem's answer convention.
+"""The ``math`` task: problem files in any published schema (:mod:`bsb.tasks.data.schemas`), graded by
+:class:`MathGrader` under each problem's answer convention.
 
 Conventions (``problem.meta["convention"]``, set by the schema reader):
 
 * ``boxed``: the last ``\\boxed{}``; the probe suffix is ``So the final answer is \\boxed{``;
-* ``answer_line``: DAPO's ``Answer: ...`` line (verl ``math_dapo``'s extraction rule); the probe reads after ``Answer: ``;
+* ``answer_line``: DAPO's ``Answer: ...`` line (verl ``math_dapo``'s extraction rule); the probe reads after
+  ``Answer: ``;
 * ``choice``: a multiple-choice letter, boxed or on an ``Answer:`` line; compared as a letter.
 
 Several acceptable answers (``meta["answers"]``, ``match="any"``) pass when any one matches; OlympiadBench's
@@ -14,7 +15,7 @@ equivalence), so ``1/2`` and ``\\frac{1}{2}`` agree where verl's exact string ru
 
 Options (``task_options``): ``train_file`` (training problems; ``bsb train`` needs it), ``val_file`` (held-out
 problems; validation and the offline commands), ``format`` (a schema name; None: recognised per file), ``gate_chars``
-(seed 001's derivation gate, 30 in the paper; boxed answers only), ``suffix`` (the probe's elicitation suffix;
+([TwoStage]'s derivation gate, 30 in the paper; boxed answers only), ``suffix`` (the probe's elicitation suffix;
 None: the convention's), ``read_len`` (L), ``choice_seed`` (the seed of multiple-choice option orders).
 """
 
@@ -48,8 +49,16 @@ def extract(response: str, convention: str) -> str | None:
 class MathTask(Task):
     name = "math"
 
-    def __init__(self, train_file: str | None = None, val_file: str | None = None, format: str | None = None,
-                 gate_chars: int | None = None, suffix: str | None = None, read_len: int = 1, choice_seed: int = 0):
+    def __init__(
+        self,
+        train_file: str | None = None,
+        val_file: str | None = None,
+        format: str | None = None,
+        gate_chars: int | None = None,
+        suffix: str | None = None,
+        read_len: int = 1,
+        choice_seed: int = 0,
+    ):
         if gate_chars is not None and gate_chars < 0:
             raise ValueError(f"task option gate_chars must be >= 0 or None, got {gate_chars}")
         if suffix is not None and not suffix:
@@ -106,7 +115,9 @@ class MathTask(Task):
             gated = self.gate_chars is not None and convention == "boxed"
             reward = gated_reward(response, True, self.gate_chars) if gated else 1.0
             return Verdict(reward, True, "correct" if reward else "gate", answer)
-        return Verdict(0.0, False, next(iter(self.grader.stats - seen), "wrong"), answer)  # "hostile", "timeout" or "wrong"
+        return Verdict(
+            0.0, False, next(iter(self.grader.stats - seen), "wrong"), answer
+        )  # "hostile", "timeout" or "wrong"
 
     def _all_match(self, pred: str, golds: list[str]) -> bool:
         """Every gold answer matched by a distinct predicted one, and nothing extra (order free)."""
@@ -125,5 +136,7 @@ class MathTask(Task):
 def _convention(problem: Problem) -> str:
     c = problem.meta.get("convention", "boxed")
     if c not in CONVENTIONS:
-        raise ValueError(f"problem {problem.id}: unknown answer convention {c!r}; conventions are {', '.join(CONVENTIONS)}")
+        raise ValueError(
+            f"problem {problem.id}: unknown answer convention {c!r}; conventions are {', '.join(CONVENTIONS)}"
+        )
     return c

@@ -169,7 +169,9 @@ def _try_chain(problem: ArithProblem, rng: random.Random, kind: str) -> Chain | 
     return Chain(problem, response, final, kind, pivot)
 
 
-def training_chains(n: int, seed: int, ops: tuple[int, ...] = (1, 2, 3, 4), detour_frac: float = 0.3, max_operand: int = 9) -> list[Chain]:
+def training_chains(
+    n: int, seed: int, ops: tuple[int, ...] = (1, 2, 3, 4), detour_frac: float = 0.3, max_operand: int = 9
+) -> list[Chain]:
     """A deterministic training set: difficulties drawn from ``ops``; a fraction ``detour_frac`` of the chains
     take a detour, split evenly between wrong and corrected."""
     rng = random.Random(seed)
@@ -191,8 +193,14 @@ class ArithTask(SyntheticTask, MathTask):
     held_out_seed = 10**9  # the held-out set's generator seed (independent of the run's seed)
     sample_seed = 4242  # offset of the offline commands' problems (bsb validate / evaluate / demo)
 
-    def __init__(self, ops: tuple[int, ...] | list[int] = (2, 3), max_operand: int = 5, gate_chars: int | None = None,
-                 suffix: str = ANSWER_PREFIX, read_len: int = 1):
+    def __init__(
+        self,
+        ops: tuple[int, ...] | list[int] = (2, 3),
+        max_operand: int = 5,
+        gate_chars: int | None = None,
+        suffix: str = ANSWER_PREFIX,
+        read_len: int = 1,
+    ):
         super().__init__(gate_chars=gate_chars, suffix=suffix, read_len=read_len)  # boxed answers, graded like math
         self.ops = tuple(int(n) for n in ops)
         if not self.ops or min(self.ops) < 1:

@@ -1,7 +1,7 @@
 """The embedded code default's synthetic task: programs that compute an arithmetic recipe through named variables.
 
-A problem states a recipe ("Read an integer x, then compute:", one ``a = x + 3`` line per step, "Print b.") in one of two
-styles, each tested like competitive programming: ``stdin`` (the program reads x and prints the result; hidden
+A problem states a recipe ("Read an integer x, then compute:", one ``a = x + 3`` line per step, "Print b.") in one of
+two styles, each tested like competitive programming: ``stdin`` (the program reads x and prints the result; hidden
 tests are input/output pairs) or ``function`` (``def f(x)`` returns it; hidden tests call ``f``). Its reference
 program writes one line per step, so candidate boundaries fall between steps, and training chains carry a
 ``wrong`` detour (one step's operator or constant changed, so some hidden tests fail) at ``detour_frac``.
@@ -84,7 +84,9 @@ def wrong_steps(rng: random.Random, recipe: CodeRecipe) -> tuple[tuple[str, str,
     return recipe.steps
 
 
-def training_programs(n: int, seed: int = 0, ops=(1, 2, 3, 4), detour_frac: float = 0.2, max_operand: int = 9) -> list[tuple[CodeRecipe, str]]:
+def training_programs(
+    n: int, seed: int = 0, ops=(1, 2, 3, 4), detour_frac: float = 0.2, max_operand: int = 9
+) -> list[tuple[CodeRecipe, str]]:
     """``n`` (recipe, response) pairs for supervised training."""
     rng = random.Random(seed)
     out = []

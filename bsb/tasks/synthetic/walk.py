@@ -1,13 +1,13 @@
 """The synthetic task of the embedded default: a walk on a map given in the prompt, one step per line.
 
-A problem is a map of six symbols (``a>d b>a c>e ...``: each symbol's successor, never itself), a start symbol and a length:
-``c a>d b>a ... f>e 16`` means "from c, follow the map 16 times; where do you end?". Its reference chain writes one
-line per step (``3:ce``: the steps left, counting this one, then the symbol it stands on and its successor), so a
+A problem is a map of six symbols (``a>d b>a c>e ...``: each symbol's successor, never itself), a start symbol and a
+length: ``c a>d b>a ... f>e 16`` means "from c, follow the map 16 times; where do you end?". Its reference chain writes
+one line per step (``3:ce``: the steps left, counting this one, then the symbol it stands on and its successor), so a
 problem of ``n`` steps has ``n`` candidate boundaries, and ends with ``=>`` and the final symbol after the line that
-counts down to 1 (whether a chain is complete can be read off its last line, so the model can tell its final answer
-from a guess at one). With :func:`bsb.tasks.tokenizer.walk_tokenizer` every map entry (``c>e``) and every count is
-one token, so a step is one lookup a tiny model learns in minutes, and the first token after the ``=>`` suffix is the
-whole answer.
+counts down to 1 (whether a chain is complete can be read off its last line, so the model can tell its final answer from
+a guess at one). With :func:`bsb.embedded.tokenizer.walk_tokenizer` every map entry (``c>e``) and every count is one
+token, so a step is one lookup a tiny model learns in minutes, and the first token after the ``=>`` suffix is the whole
+answer.
 
 Training chains carry detours: ``wrong`` (one step writes a wrong successor and the walk carries on from it) and
 ``corrected`` (the next line, ``wait 3:ce``, restates the step correctly and the walk goes on from the right symbol).
@@ -136,7 +136,8 @@ def probe_example(chain: WalkChain, rng: random.Random, complete: float = 0.25) 
     the whole chain states. The cut falls after the last line (the chain complete: the answer is its last symbol) with
     probability ``complete``, else at a random earlier boundary (0 = before the first line), where the answer is
     what the walk will come to. The loss falls on the answer only, so the model learns the final answer's
-    distribution from partial work, and to tell it from the answer of a complete chain, without learning to stop early."""
+    distribution from partial work, and to tell it from the answer of a complete chain, without learning to stop
+    early."""
     j = len(chain.lines) if rng.random() < complete else rng.randrange(len(chain.lines))
     return chain.problem.prompt, "".join(line + "\n" for line in chain.lines[:j]) + SUFFIX, chain.final_answer
 
@@ -156,7 +157,9 @@ def bsv_continuations(problem: WalkProblem, cut: int, rng: random.Random, steps:
         drop.append(step_line(problem, i, here, there))
         here = there
     steady = ["wait " + step_line(problem, cut - 1, path[cut - 1], path[cut])]
-    return {g: "".join(line + "\n" for line in lines) for g, lines in (("surge", surge), ("steady", steady), ("drop", drop))}
+    return {
+        g: "".join(line + "\n" for line in lines) for g, lines in (("surge", surge), ("steady", steady), ("drop", drop))
+    }
 
 
 # ---------------------------------------------------------------------- the task

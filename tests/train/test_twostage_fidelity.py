@@ -1,4 +1,4 @@
-"""Seed 001's switches, each checked against numbers derived from the paper's own statements."""
+"""[TwoStage]'s switches, each checked against numbers derived from the paper's own statements."""
 
 import math
 
@@ -67,7 +67,7 @@ def test_unit_normalised_accumulation_over_four_questions():
 
 
 def test_flat_warmup_counts_the_papers_pairs():
-    """Seed 001 Arm 5, seed 42: (flat_warmup_pairs, causal, terminal_dup) = (24, 163, 13) of 200 pairs: K = 4 pairs per
+    """[TwoStage] Arm 5, seed 42: (flat_warmup_pairs, causal, terminal_dup) = (24, 163, 13) of 200 pairs: K = 4 pairs per
     step, so 24 warm-up pairs are 6 flat steps; with --bifurcate-after-active 3, the 3rd active step is step 6."""
     cfg = TrainConfig(rollout="two_stage", chains=4, siblings=2, bifurcate_after_active=3, max_response_len=512)
     activity = [0, 1, 0, 0, 1, 1] + [1, 0] * 22  # 50 steps; the third active step is the sixth
@@ -79,7 +79,7 @@ def test_flat_warmup_counts_the_papers_pairs():
     assert len(kinds) * cfg.chains == 200 and cfg.group_size == 8  # K·B leaves per prompt, in warm-up too
 
 
-def test_eff_cap_is_seed_001s_batched_budget():
+def test_eff_cap_is_twostage_batched_budget():
     """eff_cap_i = 2048 − max_j K_j + K_i <= 2048 in a batch of 64 sorted by prompt + prefix length; max_gen never
     falls below 64."""
     ks = [10, 30, 50]

@@ -1,0 +1,75 @@
+"""The import graph of bsb runs downward only (docs/ARCHITECTURE.md): no module imports a layer above its own, and
+inside bsb.tasks the domains sit on the protocol and the data files, never the other way round."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "bsb"
+# top-level parts of bsb by layer (a part may import its own layer's other parts only where listed in PEERS)
+LAYER = {"registry": 0, "fields": 0, "_C": 0, "kernels": 0, "tasks": 0, "embedded": 1, "engine": 1, "train": 2, "eval": 2,
+         "integrations": 3, "commands": 3, "cli": 4}
+PEERS = {("tasks", "registry"), ("tasks", "fields"), ("kernels", "_C"), ("eval", "train"), ("embedded", "engine")}
+# bsb.tasks inside: the protocol and answer text, then prompts and problem files, then the domains (arith is graded
+# like math; the code task's default problems are the synthetic recipes), then the name registry
+TASK_LAYER = {"base": 0, "answers": 0, "prompting": 1, "data": 1, "math": 2, "synthetic": 3, "code": 4, "registry": 5}
+
+
+def _imports(path: Path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+            yield from (f"{node.module}.{a.name}" for a in node.names)
+
+
+def _part(module: str, depth: int = 1) -> str | None:
+    parts = module.split(".")
+    return parts[depth] if parts[0] == "bsb" and len(parts) > depth else None
+
+
+def edges():
+    for path in sorted(ROOT.rglob("*.py")):
+        here = path.relative_to(ROOT.parent).with_suffix("").parts
+        for module in _imports(path):
+            yield here, module
+
+
+def test_no_import_runs_up_a_layer():
+    bad = []
+    for here, module in edges():
+        src, dst = here[1] if len(here) > 1 else None, _part(module)
+        if src in (None, "__init__") or dst is None or dst not in LAYER or src == dst:
+            continue
+        src = src if src in LAYER else src.split(".")[0]
+        if LAYER[dst] > LAYER[src] or (LAYER[dst] == LAYER[src] and (src, dst) not in PEERS):
+            bad.append(f"{'/'.join(here)} imports {module}")
+    assert not bad, "\n".join(bad)
+
+
+def test_inside_tasks_the_domains_sit_on_the_protocol():
+    bad = []
+    for here, module in edges():
+        if len(here) < 3 or here[1] != "tasks" or _part(module) != "tasks" or _part(module, 2) is None:
+            continue
+        src, dst = here[2], _part(module, 2)
+        if src == "__init__" or dst not in TASK_LAYER or src == dst:
+            continue
+        if TASK_LAYER[dst] > TASK_LAYER[src.split(".")[0]]:
+            bad.append(f"{'/'.join(here)} imports {module}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checker_sees_an_upward_import(tmp_path, monkeypatch):
+    """A module of the lowest layer importing the trainer is reported (the test above can fail)."""
+    fake = tmp_path / "bsb" / "tasks"
+    fake.mkdir(parents=True)
+    (fake / "bad.py").write_text("from bsb.train.trainer import Trainer\n")
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path / "bsb")
+    try:
+        test_no_import_runs_up_a_layer()
+    except AssertionError as err:
+        assert "bsb/tasks/bad imports bsb.train.trainer" in str(err)
+    else:
+        raise AssertionError("an upward import went unseen")
