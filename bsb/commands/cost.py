@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from bsb.commands.flags import add_flags, from_args
+from bsb.commands.flags import command_parser, from_args
 from bsb.engine import cost
 from bsb.fields import help_field as _f
 
@@ -49,9 +49,7 @@ class CostConfig:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    parser = sub.add_parser("cost", help=HELP, description=HELP)
-    add_flags(parser, CostConfig)
-    return parser
+    return command_parser(sub, "cost", HELP, CostConfig)
 
 
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from bsb.commands.flags import add_flags, from_args
+from bsb.commands.flags import command_parser, from_args
 from bsb.fields import help_field as _f
 from bsb.tasks.data.schemas import SCHEMAS
 from bsb.tasks.prompting import PROMPT_FORMATS
@@ -32,9 +32,7 @@ class DataConfig:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    parser = sub.add_parser("data", help=HELP, description=HELP)
-    add_flags(parser, DataConfig)
-    return parser
+    return command_parser(sub, "data", HELP, DataConfig)
 
 
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bsb.commands.flags import add_flags, from_args
+from bsb.commands.flags import command_parser, from_args
 from bsb.engine.bsv import task_direction
 from bsb.engine.selectors import SELECTORS, ChainInput, make_selector
 from bsb.eval.session import OfflineConfig, gold_label, judge_client, open_session
@@ -53,9 +53,7 @@ class DemoConfig(OfflineConfig):
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    parser = sub.add_parser("demo", help=HELP, description=HELP)
-    add_flags(parser, DemoConfig)
-    return parser
+    return command_parser(sub, "demo", HELP, DemoConfig)
 
 
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -82,14 +80,8 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
             quick_config(offline_task(cfg.task, cfg.task_options, cfg.problems)), progress=cfg.progress
         )
     session = open_session(cfg, cfg.n_problems, cfg.seed, path=quick_path)
-    task, tok, model, backend, newline, eos = (
-        session.task,
-        session.tok,
-        session.model,
-        session.hf,
-        session.newline,
-        session.eos,
-    )
+    task, tok, model, backend = session.task, session.tok, session.model, session.hf
+    newline, eos = session.newline, session.eos
     problem_set, prompts = session.problems, session.prompts
     problems = [(p.prompt, p.answer) for p in problem_set]
 

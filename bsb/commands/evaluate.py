@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bsb.commands.flags import add_flags, from_args
+from bsb.commands.flags import command_parser, from_args
 from bsb.engine.selectors import MARGIN_WINDOW
 from bsb.eval.bootstrap import question_clustered
 from bsb.eval.branching import RULES as BRANCH_RULES
@@ -60,9 +60,9 @@ class EvaluateConfig(OfflineConfig):
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    parser = sub.add_parser("evaluate", help=HELP, description=HELP)
-    add_flags(parser, EvaluateConfig, skip=JUDGE)  # no judge here: the rules read the model's own margins
-    return parser
+    return command_parser(
+        sub, "evaluate", HELP, EvaluateConfig, skip=JUDGE
+    )  # no judge here: the rules read the model's own margins
 
 
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -56,6 +56,13 @@ def add_flags(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) 
             parser.add_argument(_flag(f), **kw)
 
 
+def command_parser(sub, name: str, help: str, cls, skip: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    """The subcommand ``name`` with a flag for every field of its config dataclass ``cls`` (:func:`add_flags`)."""
+    parser = sub.add_parser(name, help=help, description=help)
+    add_flags(parser, cls, skip)
+    return parser
+
+
 def from_args(cls, args: argparse.Namespace, parser: argparse.ArgumentParser, **values):
     """The ``cls`` config of parsed ``args`` (``values`` override them); a bad value is ``parser.error``'s one line."""
     from bsb.train.config import parse_overrides

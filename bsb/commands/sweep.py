@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bsb.commands.flags import add_flags, from_args
+from bsb.commands.flags import command_parser, from_args
 from bsb.eval.bootstrap import two_level
 from bsb.fields import help_field as _f
 
@@ -44,9 +44,7 @@ class SweepConfig:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    parser = sub.add_parser("sweep", help=HELP, description=HELP)
-    add_flags(parser, SweepConfig)
-    return parser
+    return command_parser(sub, "sweep", HELP, SweepConfig)
 
 
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bsb.commands.flags import add_flags, from_args
+from bsb.commands.flags import command_parser, from_args
 from bsb.engine.boundaries import CandidatePool, candidate_pool
 from bsb.engine.bsv import task_direction
 from bsb.engine.selectors import SELECTORS, CannotScore, ChainInput, make_selector
@@ -106,9 +106,7 @@ class ValidateConfig(OfflineConfig):
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    parser = sub.add_parser("validate", help=HELP, description=HELP)
-    add_flags(parser, ValidateConfig)
-    return parser
+    return command_parser(sub, "validate", HELP, ValidateConfig)
 
 
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -138,6 +136,99 @@ def flip_mass(v: list[float], kept: list[int]) -> float:
     return float(sum(abs(v[j + 1] - v[j]) for j in kept if j + 1 < len(v)))
 
 
+def _sample_chains(cfg: ValidateConfig, gen, session, out: Path) -> dict[str, list[int]]:
+    """One chain per problem, by problem id: read from ``chains.jsonl`` when a run already sampled it, else sampled and
+    appended there (a rerun resumes)."""
+    chains_path = out / "chains.jsonl"
+    saved = (
+        {r["id"]: r["response"] for r in map(json.loads, chains_path.read_text().splitlines())}
+        if chains_path.exists()
+        else {}
+    )
+    missing = [i for i, p in enumerate(session.problems) if p.id not in saved]
+    if missing:
+        outs = gen.generate(
+            [session.prompts[i] for i in missing],
+            max_new_tokens=cfg.max_response,
+            temperature=cfg.temperature,
+            seed=cfg.seed,
+            eos_token_id=session.eos,
+        )
+        with chains_path.open("a") as f:
+            for i, r in zip(missing, outs):
+                p = session.problems[i]
+                saved[p.id] = list(r)
+                f.write(
+                    json.dumps(
+                        {"id": p.id, "prompt": p.prompt, "gold": p.answer, "response": list(r)}, default=jsonable
+                    )
+                )
+                f.write("\n")
+    return saved
+
+
+def _score_chain(
+    session, i: int, resp: list[int], cuts, v: list[float], selectors: dict, store, cfg: ValidateConfig
+) -> dict:
+    """The ``curves.jsonl`` row of chain ``i``: its V*, the DP floor, and every selector's scores, top-B, error and
+    fallback, and the first two completions at each boundary (the fork contrast's siblings)."""
+    p = session.problems[i]
+    text = session.decode(resp)
+    chain = ChainInput(session.prompts[i], resp, answer=session.answer_ids(text))
+    pool = CandidatePool(list(cuts), "newline", len(resp))
+    row = {
+        "id": p.id,
+        "prompt": p.prompt,
+        "gold": p.answer,
+        "response": resp,
+        "text": text,
+        "cuts": list(cuts),
+        "v_star": v,
+        "flat": is_flat(v),
+        "scores": {},
+        "top_b": {},
+        "error": {},
+        "fallback": {},
+    }
+    floor, best = oracle_floor(v, min(cfg.b, len(v)))
+    row["floor"], row["floor_points"] = floor, best
+    for name, sel in selectors.items():
+        s, fb = _scores(sel, chain, pool, session.hf, i, cfg.seed)
+        kept = top_b(s, cfg.b)
+        row["scores"][name] = [None if math.isnan(x) else x for x in s]
+        row["top_b"][name], row["fallback"][name] = kept, fb
+        row["error"][name] = reconstruction_error(v, kept)
+    row["siblings"] = [[store.answers.get((p.id, c, j), "") for j in range(min(2, cfg.n_mc))] for c in cuts]
+    return row
+
+
+def fork_contrast(curves: list[dict]) -> dict:
+    """App. D: how often the two siblings forked at a boundary reach the same final answer, and the disagreement rate
+    by Probe-JS tercile (pooled over every boundary with a JS score)."""
+    pairs, js_pairs = [], []
+    for r in curves:
+        for j, sib in enumerate(r["siblings"]):
+            if len(sib) == 2:
+                agree = bool(sib[0]) and sib[0] == sib[1]
+                pairs.append(agree)
+                s = r["scores"].get("probe_js", [None] * len(r["cuts"]))[j]
+                if s is not None:
+                    js_pairs.append((s, agree))
+    contrast = {"sibling_agreement": float(np.mean(pairs)) if pairs else math.nan, "pairs": len(pairs)}
+    if len(js_pairs) >= 3:
+        js_pairs.sort(key=lambda x: x[0])
+        k = len(js_pairs) // 3
+        terciles = {
+            "bottom": js_pairs[:k],
+            "middle": js_pairs[k : len(js_pairs) - k],
+            "top": js_pairs[len(js_pairs) - k :],
+        }
+        contrast["disagreement_by_js_tercile"] = {
+            t: 1 - float(np.mean([a for _, a in xs])) for t, xs in terciles.items() if xs
+        }
+    return contrast
+
+
 def run_validate(cfg: ValidateConfig, console=None) -> dict:
     from rich.console import Console
     from rich.table import Table
@@ -152,14 +243,8 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         cfg.task_options if cfg.task_options is not None else ({"ops": [2, 3, 4]} if cfg.task == "arith" else None)
     )
     session = open_session(cfg, cfg.n_problems, cfg.seed, task_options=options)
-    task, tok, model, hf, newline, eos = (
-        session.task,
-        session.tok,
-        session.model,
-        session.hf,
-        session.newline,
-        session.eos,
-    )
+    task, tok, model, hf = session.task, session.tok, session.model, session.hf
+    newline, eos = session.newline, session.eos
     problems, prompts, path = session.problems, session.prompts, session.path
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -171,37 +256,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     # completions through vLLM when installed
     gen = rollout_backend(cfg.backend, path, hf, 1024 + cfg.max_response, cfg.seed, dtype=model.dtype)
 
-    # --- chains: sampled once, reused on resume
-    chains_path = out / "chains.jsonl"
-    saved = (
-        {r["id"]: r["response"] for r in map(json.loads, chains_path.read_text().splitlines())}
-        if chains_path.exists()
-        else {}
-    )
-    missing = [i for i, p in enumerate(problems) if p.id not in saved]
-    if missing:
-        outs = gen.generate(
-            [prompts[i] for i in missing],
-            max_new_tokens=cfg.max_response,
-            temperature=cfg.temperature,
-            seed=cfg.seed,
-            eos_token_id=eos,
-        )
-        with chains_path.open("a") as f:
-            for i, r in zip(missing, outs):
-                saved[problems[i].id] = list(r)
-                f.write(
-                    json.dumps(
-                        {
-                            "id": problems[i].id,
-                            "prompt": problems[i].prompt,
-                            "gold": problems[i].answer,
-                            "response": list(r),
-                        },
-                        default=jsonable,
-                    )
-                    + "\n"
-                )
+    saved = _sample_chains(cfg, gen, session, out)  # sampled once, reused on resume
 
     store = CompletionStore(out / "completions.jsonl")
     judge = judge_client(cfg)
@@ -246,32 +301,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
             chain_id=p.id,
             progress=bar.update,
         )
-        text = session.decode(resp)
-        chain = ChainInput(prompts[i], resp, answer=session.answer_ids(text))
-        pool = CandidatePool(list(cuts), "newline", len(resp))
-        row = {
-            "id": p.id,
-            "prompt": p.prompt,
-            "gold": p.answer,
-            "response": resp,
-            "text": text,
-            "cuts": list(cuts),
-            "v_star": v,
-            "flat": is_flat(v),
-            "scores": {},
-            "top_b": {},
-            "error": {},
-            "fallback": {},
-        }
-        floor, best = oracle_floor(v, min(cfg.b, len(v)))
-        row["floor"], row["floor_points"] = floor, best
-        for name, sel in selectors.items():
-            s, fb = _scores(sel, chain, pool, hf, i, cfg.seed)
-            kept = top_b(s, cfg.b)
-            row["scores"][name] = [None if math.isnan(x) else x for x in s]
-            row["top_b"][name], row["fallback"][name] = kept, fb
-            row["error"][name] = reconstruction_error(v, kept)
-        row["siblings"] = [[store.answers.get((p.id, c, j), "") for j in range(min(2, cfg.n_mc))] for c in cuts]
+        row = _score_chain(session, i, resp, cuts, v, selectors, store, cfg)
         curves.append(row)
     bar.close()
     (out / "curves.jsonl").write_text("".join(json.dumps(r, default=jsonable) + "\n" for r in curves))
@@ -319,28 +349,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     if judge is not None:
         console.print(f"llm_judge ({cfg.judge_model}): {judge.stats.summary()}")
 
-    # --- fork contrast (App. D)
-    pairs, js_pairs = [], []
-    for r in curves:
-        for j, sib in enumerate(r["siblings"]):
-            if len(sib) == 2:
-                agree = bool(sib[0]) and sib[0] == sib[1]
-                pairs.append(agree)
-                s = r["scores"].get("probe_js", [None] * len(r["cuts"]))[j]
-                if s is not None:
-                    js_pairs.append((s, agree))
-    contrast = {"sibling_agreement": float(np.mean(pairs)) if pairs else math.nan, "pairs": len(pairs)}
-    if len(js_pairs) >= 3:
-        js_pairs.sort(key=lambda x: x[0])
-        k = len(js_pairs) // 3
-        terciles = {
-            "bottom": js_pairs[:k],
-            "middle": js_pairs[k : len(js_pairs) - k],
-            "top": js_pairs[len(js_pairs) - k :],
-        }
-        contrast["disagreement_by_js_tercile"] = {
-            t: 1 - float(np.mean([a for _, a in xs])) for t, xs in terciles.items() if xs
-        }
+    contrast = fork_contrast(curves)  # App. D
     console.print(
         f"fork contrast: siblings agree on {contrast['sibling_agreement']:.2f} of {contrast['pairs']} boundary forks"
         + (

@@ -39,14 +39,7 @@ class ProbeConfig:
 
     def probe_problems(self) -> list[str]:
         """Every invalid probe value, one message each (empty: valid)."""
-        out = probe_value_problems(
-            max_candidates=self.max_candidates,
-            range_cap=self.range_cap,
-            top_k=self.top_k,
-            read_len=self.read_len,
-            lens_readout=self.lens_readout,
-            margin_window=self.margin_window,
-        )
+        out = probe_value_problems(self)
         if self.probe_suffix is not None and not self.probe_suffix:
             out.append("probe_suffix must be non-empty (or None: the task's)")
         return out

@@ -42,11 +42,12 @@ LENS_READOUTS = ("shape", "height", "depth")
 MARGIN_WINDOW = (4, 64)  # [TwoStage] §5.6: zero-based token positions searched by min_margin / first_gap
 
 
-def probe_value_problems(
-    *, max_candidates: int, range_cap: float, top_k: int, read_len: int | None, lens_readout: str, margin_window
-) -> list[str]:
-    """Every invalid probe value, one message each (empty: valid): the one check behind :class:`SelectorConfig` and
-    :class:`bsb.engine.probe.ProbeConfig` (``read_len`` None: the task's)."""
+def probe_value_problems(probe) -> list[str]:
+    """Every invalid probe value of ``probe`` (a :class:`SelectorConfig`, or any object with its ``max_candidates``,
+    ``range_cap``, ``top_k``, ``read_len``, ``lens_readout`` and ``margin_window``, such as
+    :class:`bsb.engine.probe.ProbeConfig`), one message each (empty: valid; ``read_len`` None: the task's)."""
+    max_candidates, range_cap, top_k = probe.max_candidates, probe.range_cap, probe.top_k
+    read_len, lens_readout, margin_window = probe.read_len, probe.lens_readout, probe.margin_window
     out = []
     window = list(margin_window) if isinstance(margin_window, (list, tuple)) else None
     if not 0 < range_cap <= 1:
@@ -84,14 +85,7 @@ class SelectorConfig:
     decode: Callable[[list[int]], str] | None = None  # llm_judge: token ids -> text (the judge reads text)
 
     def __post_init__(self):
-        problems = probe_value_problems(
-            max_candidates=self.max_candidates,
-            range_cap=self.range_cap,
-            top_k=self.top_k,
-            read_len=self.read_len,
-            lens_readout=self.lens_readout,
-            margin_window=self.margin_window,
-        )
+        problems = probe_value_problems(self)
         if self.read_len is None:
             problems.append("read_len must be >= 1 (resolve None against the task: bsb.engine.probe.resolve)")
         if problems:

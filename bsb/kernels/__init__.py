@@ -74,15 +74,6 @@ def logit_margin(logits):
     return _impl("logit_margin", logits)(logits)
 
 
-_OPS = (
-    "topk_logprobs",
-    "floored_js",
-    "probe_js",
-    "probe_js_topk",
-    "lens_logprobs",
-    "lens_readouts",
-    "surprisal_entropy",
-    "logit_margin",
-)
+_OPS = [name for name in reference.__all__ if name != "linear_token_logprobs"]  # the dispatched ops
 for _name in _OPS:
     globals()[_name].__doc__ = getattr(reference, _name).__doc__

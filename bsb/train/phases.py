@@ -289,14 +289,24 @@ def _homogeneous(opt, sched, cfg: TrainConfig) -> str:
     return cfg.homogeneous
 
 
+def _update_summary(losses, norms, clips, kinds, sched) -> dict:
+    """One step's update metrics: mean loss, gradient norm and clip fraction, the optimizer's moves, the lr."""
+    return {
+        "loss": _mean(losses),
+        "grad_norm": _mean(norms),
+        "clip_frac": _mean(clips),
+        "optimizer": ",".join(kinds),
+        "lr": sched.get_last_lr()[0],
+    }
+
+
 def _minibatch_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: int, seed: int) -> dict:
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
     minis = [order[i :: cfg.minibatches] for i in range(cfg.minibatches)]
     old: dict[int, torch.Tensor] = {}
-    if (
-        cfg.loss == "composite" and cfg.minibatches > 1
-    ):  # the rollout policy's log-probs, before the first step moves it
+    # the rollout policy's log-probs, before the first step moves it
+    if cfg.loss == "composite" and cfg.minibatches > 1:
         with torch.no_grad():
             for i0 in range(0, len(order), cfg.micro_batch):
                 chunk = order[i0 : i0 + cfg.micro_batch]
@@ -318,13 +328,7 @@ def _minibatch_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad
         norms.append(_step(policy, opt, sched, cfg))
         losses.append(total)
         kinds.append("step")
-    return {
-        "loss": _mean(losses),
-        "grad_norm": _mean(norms),
-        "clip_frac": _mean(clips),
-        "optimizer": ",".join(kinds),
-        "lr": sched.get_last_lr()[0],
-    }
+    return _update_summary(losses, norms, clips, kinds, sched)
 
 
 def _unit_question_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: int) -> dict:
@@ -356,13 +360,7 @@ def _unit_question_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig,
         norms.append(_step(policy, opt, sched, cfg))
         losses.append(total)
         kinds.append("step")
-    return {
-        "loss": _mean(losses),
-        "grad_norm": _mean(norms),
-        "clip_frac": _mean(clips),
-        "optimizer": ",".join(kinds),
-        "lr": sched.get_last_lr()[0],
-    }
+    return _update_summary(losses, norms, clips, kinds, sched)
 
 
 # ---------------------------------------------------------------------------------------------- 7. metrics

@@ -61,3 +61,16 @@ def test_validate_rejects_token_window_selectors(capsys):
     with pytest.raises(SystemExit):
         main(["validate", "--selectors", "min_margin"])
     assert "token positions" in capsys.readouterr().err
+
+
+def test_fork_contrast_counts_agreeing_siblings_and_js_terciles():
+    from bsb.commands.validate import fork_contrast
+
+    # six boundaries, JS 0..5: siblings agree at JS 0, 1 and 3; two empty answers ("": none) never agree
+    rows = [{"cuts": [0, 1, 2], "scores": {"probe_js": [0.0, 1.0, 2.0]}, "siblings": [["a", "a"], ["b", "b"], ["", ""]]},
+            {"cuts": [0, 1, 2], "scores": {"probe_js": [3.0, 4.0, 5.0]}, "siblings": [["c", "c"], ["b", "d"], ["e", "f"]]}]
+    c = fork_contrast(rows)
+    assert c["pairs"] == 6 and c["sibling_agreement"] == 3 / 6
+    assert c["disagreement_by_js_tercile"] == {"bottom": 0.0, "middle": 0.5, "top": 1.0}  # {0,1}, {2,3}, {4,5}
+    one = [{"cuts": [0], "scores": {}, "siblings": [["a"]]}]  # one completion: no pair, no terciles
+    assert fork_contrast(one)["pairs"] == 0 and "disagreement_by_js_tercile" not in fork_contrast(one)

@@ -47,6 +47,8 @@ from functools import lru_cache
 from pathlib import Path
 
 STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "killed")
+# a run in its own PID, network, mount, IPC and UTS namespaces, killed with its launcher, with its own /proc
+UNSHARE = ("unshare", "--pid", "--net", "--mount", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc")
 LAUNCHER = Path(__file__).with_name("sandbox_launch.py")
 SANDBOX_UID = 61000  # base of the unprivileged uids (one per pool slot), used when running as root
 
@@ -75,15 +77,7 @@ def layers() -> dict[str, bool]:
             ns = (
                 subprocess.run(
                     [
-                        "unshare",
-                        "--pid",
-                        "--net",
-                        "--mount",
-                        "--ipc",
-                        "--uts",
-                        "--fork",
-                        "--kill-child",
-                        "--mount-proc",
+                        *UNSHARE,
                         "true",
                     ],
                     capture_output=True,
@@ -181,18 +175,7 @@ def run_program(
         )
         cmd = [sys.executable, "-I", "-S", "-B", str(LAUNCHER), json.dumps(spec)]
         if avail["namespaces"]:
-            cmd = [
-                "unshare",
-                "--pid",
-                "--net",
-                "--mount",
-                "--ipc",
-                "--uts",
-                "--fork",
-                "--kill-child",
-                "--mount-proc",
-                *cmd,
-            ]
+            cmd = [*UNSHARE, *cmd]
         return _supervise(cmd, stdin, timeout_s, output_limit, str(work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
