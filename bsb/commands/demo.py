@@ -74,12 +74,11 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
 
     console = console or Console()
     t_start = time.perf_counter()
-    quick_path = None
-    if cfg.quick and cfg.model == "embedded":
-        quick_path = train_tiny_model(
-            quick_config(offline_task(cfg.task, cfg.task_options, cfg.problems)), progress=cfg.progress
-        )
-    session = open_session(cfg, cfg.n_problems, cfg.seed, path=quick_path)
+    task = offline_task(cfg.task, cfg.task_options, cfg.problems)  # built once (a code task starts its sandbox pool)
+    quick_path = (
+        train_tiny_model(quick_config(task), progress=cfg.progress) if cfg.quick and cfg.model == "embedded" else None
+    )
+    session = open_session(cfg, cfg.n_problems, cfg.seed, path=quick_path, task=task)
     task, tok, model, backend = session.task, session.tok, session.model, session.hf
     newline, eos = session.newline, session.eos
     problem_set, prompts = session.problems, session.prompts

@@ -49,6 +49,13 @@ HELP = "pre-RL validation: selectors' top-B boundaries against Monte-Carlo V* cu
 DEFAULT_SELECTORS = tuple(n for n, c in SELECTORS.items() if c.trainable and c.ranks_boundaries and not c.needs_config)
 
 
+# SelectorConfig fields a selector may need (its needs_config) -> the ValidateConfig field that supplies it, and the fix
+NEEDS = {
+    "bsv_path": ("bsv_path", "bsv_path (a direction fitted with bsb.engine.bsv.fit_bsv)"),
+    "judge": ("judge_url", "a judge: --judge-url URL --judge-model NAME (or --judge-url local)"),
+}
+
+
 @dataclass
 class ValidateConfig(OfflineConfig):
     n_problems: int = _f(24, "problems (one sampled chain each)")
@@ -81,28 +88,32 @@ class ValidateConfig(OfflineConfig):
         if self.b is None:
             self.b = 3 if self.model == "embedded" else 10
         self.selectors = tuple(self.selectors) or DEFAULT_SELECTORS
-        bad = [s for s in self.selectors if s not in SELECTORS]
-        if bad:
-            raise ValueError(f"unknown selector(s) {bad}; choose from {', '.join(SELECTORS)}")
-        window = [s for s in self.selectors if not SELECTORS.get(s).ranks_boundaries]
+        classes = {}
+        for s in self.selectors:  # registered names or package.module:Class
+            try:
+                classes[s] = SELECTORS.get(s)
+            except ValueError:
+                raise ValueError(f"unknown selector(s) {[s]}; choose from {', '.join(SELECTORS)}") from None
+        window = [s for s, cls in classes.items() if not cls.ranks_boundaries]
         if window:
             raise ValueError(f"{window} pick token positions, not boundaries; they are evaluated by bsb evaluate")
-        if "bsv" in self.selectors and not self.bsv_path:
-            raise ValueError("the bsv selector needs bsv_path (a direction fitted with bsb.engine.bsv.fit_bsv)")
-        if self.bsv_path and "bsv" not in self.selectors:
-            self.selectors = self.selectors + ("bsv",)
-        if "llm_judge" in self.selectors and not self.judge_url:
-            raise ValueError(
-                "the llm_judge selector needs a judge: --judge-url URL --judge-model NAME (or --judge-url local)"
-            )
-        if self.judge_url and "llm_judge" not in self.selectors:
-            self.selectors = self.selectors + ("llm_judge",)
+        for s, cls in classes.items():  # a selector named here needs what it cannot do without
+            for need in cls.needs_config:
+                if need in NEEDS and not getattr(self, NEEDS[need][0]):
+                    raise ValueError(f"the {s} selector needs {NEEDS[need][1]}")
+        # ... and what this config supplies adds the selectors that need it (a direction adds bsv, a judge llm_judge)
+        self.selectors += tuple(
+            n for n, cls in SELECTORS.items() if cls.needs_config and n not in self.selectors and self._supplies(cls)
+        )
         if min(self.m, self.n_mc, self.b, self.n_problems) < 1:
             raise ValueError("m, n_mc, b and n_problems must be >= 1")
         if self.backend not in ("auto", "hf", "vllm"):
             raise ValueError(f"backend must be auto, hf or vllm, got {self.backend!r}")
         if not self.temperature >= 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+
+    def _supplies(self, cls) -> bool:
+        return all(need not in NEEDS or getattr(self, NEEDS[need][0]) for need in cls.needs_config)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -252,7 +263,6 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     if bsv_path is None and cfg.task_bsv:
         fitted = task_direction(path, task, model, tok)
         bsv_path = str(fitted) if fitted else None
-    selector_names = cfg.selectors + (("bsv",) if bsv_path and "bsv" not in cfg.selectors else ())
     # completions through vLLM when installed
     gen = rollout_backend(cfg.backend, path, hf, 1024 + cfg.max_response, cfg.seed, dtype=model.dtype)
 
@@ -263,7 +273,11 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     scfg = session.selector_config(
         ProbeConfig(read_len=cfg.read_len), seed=cfg.seed, bsv_path=bsv_path, judge=judge, decode=session.decode
     )
-    selectors = {n: make_selector(n, scfg, hf) for n in selector_names}  # every selector reads through the HF model
+    # the configured selectors, and those the task's own BSV direction now configures; every one reads through HF
+    names = cfg.selectors + tuple(
+        n for n, c in SELECTORS.items() if c.needs_config and n not in cfg.selectors and c.configured(scfg)
+    )
+    selectors = {n: make_selector(n, scfg, hf) for n in names}
     todo = []
     for i, p in enumerate(problems):
         resp = saved[p.id]

@@ -43,9 +43,7 @@ class TinyConfig:
     ops: tuple[int, ...] = (1, 2, 2, 3, 3, 4)  # difficulties in the training set (drawn uniformly from this tuple)
     detour_frac: float = 0.3
     max_operand: int = 5  # operands are drawn from [0, max_operand] (9 leaves too many facts to learn in minutes)
-    task: str = (
-        "arith"  # the synthetic task it learns: walk (synthetic_walk) | arith (synthetic) | code (synthetic_code)
-    )
+    task: str = "arith"  # the synthetic task it learns: walk | arith | code (bsb.tasks.synthetic.walk, .arith, .code)
     probe_frac: float = 0.5  # walk: chains that also teach the final answer after "=>" at a random boundary
 
     def __post_init__(self):

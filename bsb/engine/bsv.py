@@ -100,12 +100,12 @@ def task_direction(
     (``task.bsv_examples(n)``: (prompt, prefix, continuation, regime) texts) and cached in the checkpoint directory
     beside the weights (written to a temporary file, then renamed: never half-written). None when the task drafts
     none."""
+    drafts = hook(task, "bsv_examples")(n_problems)  # first: a task that drafts none never gets another's direction
+    if drafts is None:
+        return None
     path = Path(checkpoint) / f"bsv_{task.name}_{n_problems}_w{window}.pt"
     if path.exists():
         return path
-    drafts = hook(task, "bsv_examples")(n_problems)
-    if drafts is None:
-        return None
 
     def ids(text):
         return tokenizer.encode(text, add_special_tokens=False)

@@ -44,10 +44,6 @@ class ProbeConfig:
             out.append("probe_suffix must be non-empty (or None: the task's)")
         return out
 
-    def probe_options(self) -> ProbeConfig:
-        """These fields alone (a TrainConfig or verl settings object carries more)."""
-        return ProbeConfig(**{k: getattr(self, k) for k in ProbeConfig.__dataclass_fields__})
-
 
 def resolve(probe: ProbeConfig, task, tokenizer, **extra) -> SelectorConfig:
     """The :class:`SelectorConfig` of ``probe`` on ``task`` with ``tokenizer``: the suffix (the probe's or the task's)

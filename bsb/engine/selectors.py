@@ -148,7 +148,11 @@ class Selector:
       says why);
     * ``ranks_boundaries``: it scores candidate boundaries (False: token positions of a window; bsb evaluate's
       branching rules, not bsb validate's value curves);
-    * ``needs_config``: :class:`SelectorConfig` fields it cannot do without (e.g. a fitted direction, a judge).
+    * ``needs_config``: :class:`SelectorConfig` fields it cannot do without (e.g. a fitted direction, a judge);
+    * ``min_candidates``: the candidates it needs to choose between (Midpoint forks with one).
+
+    :meth:`select` and :meth:`score` change no state of the selector (one selector serves concurrent trees, as in the
+    verl agent loop's threads); a selector of your own keeps that contract.
     """
 
     name = "base"
@@ -158,6 +162,7 @@ class Selector:
     untrainable: str = ""
     ranks_boundaries: bool = True
     needs_config: tuple[str, ...] = ()
+    min_candidates: int = 2
 
     def __init__(self, config: SelectorConfig | None = None, backend=None):
         self.config = config or SelectorConfig()
@@ -270,6 +275,7 @@ def _midpoint(pool: CandidatePool, config: SelectorConfig) -> int:
 
 class Midpoint(Selector):
     name = "midpoint"
+    min_candidates = 1
 
     def score(self, chain, pool, backend, index, seed=0):
         """Closeness to the chain midpoint (what :meth:`select` forks by)."""
@@ -475,17 +481,19 @@ class BSV(Selector):
 
     def __init__(self, config: SelectorConfig | None = None, backend=None, direction=None):
         super().__init__(config, backend)
-        self.direction = direction
         if direction is None and self.config.bsv_path is None:
             raise ValueError(
                 "bsv needs a fitted direction: pass direction= or SelectorConfig.bsv_path (bsb.engine.bsv.fit_bsv)"
             )
+        if direction is None:  # loaded here, once: score() changes no state
+            from bsb.engine.bsv import BSVDirection
+
+            direction = BSVDirection.load(self.config.bsv_path)
+        self.direction = direction
 
     def score(self, chain, pool, backend, index, seed=0):
-        from bsb.engine.bsv import BSVDirection, bsv_scores
+        from bsb.engine.bsv import bsv_scores
 
-        if self.direction is None:
-            self.direction = BSVDirection.load(self.config.bsv_path)
         prompt = list(chain.prompt)
         prefix = prompt + list(chain.response)
         return bsv_scores(

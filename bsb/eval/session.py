@@ -94,9 +94,15 @@ class Session:
 
 
 def open_session(
-    cfg: OfflineConfig, n_problems: int, seed: int, task_options: Mapping | None = None, path: str | Path | None = None
+    cfg: OfflineConfig,
+    n_problems: int,
+    seed: int,
+    task_options: Mapping | None = None,
+    path: str | Path | None = None,
+    task=None,
 ) -> Session:
-    """The task (``cfg.task`` with ``task_options``, default ``cfg.task_options``), the checkpoint (``path``, else
+    """The task (``task`` when given, else ``cfg.task`` with ``task_options``, default ``cfg.task_options``), the
+    checkpoint (``path``, else
     ``cfg.model`` resolved against the task), its tokenizer and model on ``cfg.device`` / ``cfg.dtype``, the HF
     backend, the newline mask, and ``n_problems`` of the task's sample for ``seed`` rendered in
     ``cfg.prompt_format``."""
@@ -109,7 +115,8 @@ def open_session(
     from bsb.tasks.prompting import render_prompt
     from bsb.tasks.registry import offline_task
 
-    task = offline_task(cfg.task, cfg.task_options if task_options is None else task_options, cfg.problems)
+    if task is None:
+        task = offline_task(cfg.task, cfg.task_options if task_options is None else task_options, cfg.problems)
     path = Path(path) if path is not None else resolve_model(cfg.model, task)
     tok = transformers.AutoTokenizer.from_pretrained(path)
     model = load_for_inference(path, cfg.device, cfg.dtype)

@@ -25,6 +25,7 @@ attributes; :func:`bsb.tasks.registry.make_task` checks either before a model is
 
 from __future__ import annotations
 
+import functools
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping
@@ -136,15 +137,15 @@ class Task(ABC):
 
 
 def hook(task: Any, name: str) -> Any:
-    """An optional hook of ``task`` (one of :data:`HOOKS`), or :class:`Task`'s default for an object that does not
-    subclass Task."""
+    """An optional hook of ``task`` (one of :data:`HOOKS`); :class:`Task`'s default where the task has none, sets it
+    to None, or is None itself (a verl row read without a task)."""
     if name not in HOOKS:
         raise KeyError(f"{name!r} is not an optional Task hook; the hooks are {', '.join(HOOKS)}")
     value = getattr(task, name, None)
-    if value is not None or isinstance(task, Task):
+    if value is not None:
         return value
     default = getattr(Task, name)
-    return default.__get__(task) if callable(default) else default
+    return functools.partial(default, task) if callable(default) else default
 
 
 class SyntheticTask(Task):

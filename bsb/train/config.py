@@ -162,22 +162,22 @@ class TrainConfig(ProbeConfig):
             raise ValueError(f"invalid config: plugins must be a list of module names, got {self.plugins!r}")
         self.plugins = list(self.plugins or [])
         try:
-            import_plugins(self.plugins)
-            selector = SELECTORS.get(self.selector)
-            ADVANTAGES.get(self.advantage)
-            LOSSES.get(self.loss)
+            import_plugins(self.plugins)  # first: they register names the checks below look up
         except ValueError as err:
             raise ValueError(f"invalid config: {err}") from None
-        problems = self.probe_problems()
-        if problems:
-            raise ValueError(f"invalid config: {problems[0]}")
+        selector, unknown_selector = _lookup(SELECTORS, self.selector)
         checks = [
             (
                 isinstance(self.task, str) and bool(self.task),
                 "task must name a task (walk, arith, code, math, or package.module:Class)",
             ),
             (self.rollout in ROLLOUTS, f"rollout must be one of {', '.join(ROLLOUTS)}, got {self.rollout!r}"),
-            (selector.trainable, f"the {self.selector} selector cannot choose RL forks: {selector.untrainable}"),
+            (not unknown_selector, unknown_selector),
+            (
+                selector is None or selector.trainable,
+                f"the {self.selector} selector cannot choose RL forks: {getattr(selector, 'untrainable', '')}",
+            ),
+            *((not why, why) for why in (_lookup(ADVANTAGES, self.advantage)[1], _lookup(LOSSES, self.loss)[1])),
             (self.loss_agg in LOSS_AGGS, f"loss_agg must be one of {', '.join(LOSS_AGGS)}, got {self.loss_agg!r}"),
             (
                 self.homogeneous in HOMOGENEOUS,
@@ -221,6 +221,7 @@ class TrainConfig(ProbeConfig):
                 not self.clamped_prefix or self.advantage == "prefix_credit",
                 "clamped_prefix modifies prefix_credit: set advantage=prefix_credit",
             ),
+            *((False, problem) for problem in self.probe_problems()),
             (
                 self.temperature > 0 and 0 < self.top_p <= 1,
                 "rollouts sample: temperature must be > 0 and top_p in (0, 1]",
@@ -272,7 +273,7 @@ class TrainConfig(ProbeConfig):
     def help_text(cls) -> str:
         """Every field with its type, default and help, grouped as in the class (``bsb train --help``)."""
         lines = []
-        for f in dataclasses.fields(cls):
+        for f in _fields():
             default = f.default_factory() if f.default is dataclasses.MISSING else f.default
             lines.append(f"  {f.name} = {default!r}\n      {f.metadata.get('help', '')}")
         return "\n".join(lines)
@@ -296,7 +297,26 @@ class TrainConfig(ProbeConfig):
         return cls.from_dict(data)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields and their values (copies), model and task first, the probe options beside the selector."""
+        values = dataclasses.asdict(self)
+        return {f.name: values[f.name] for f in _fields()}
+
+
+def _lookup(registry, name):
+    """(the implementation ``name`` names, "") or (None, why not)."""
+    try:
+        return registry.get(name), ""
+    except ValueError as err:
+        return None, str(err)
+
+
+def _fields() -> list[dataclasses.Field]:
+    """TrainConfig's fields in the order a reader expects (model and task first, the probe options beside the
+    selector), not the dataclass order (inherited ProbeConfig fields first)."""
+    probe = [f for f in dataclasses.fields(ProbeConfig)]
+    own = [f for f in dataclasses.fields(TrainConfig) if f.name not in {p.name for p in probe}]
+    at = next(i for i, f in enumerate(own) if f.name == "selector") + 1
+    return own[:at] + probe + own[at:]
 
 
 def _coerce(name: str, hint, value):

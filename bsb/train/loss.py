@@ -144,13 +144,18 @@ def _a_loss(obj) -> str:
 
 
 # A loss is ``fn(logp, old_logp, adv, mask, *, n_tokens, n_seqs, clip_low, clip_high, agg) -> (loss, info)`` with
-# ``info["clip_frac"]``; one of your own registers with ``@LOSSES.register("name")`` and takes ``**options``.
+# ``info["clip_frac"]``; one of your own registers with ``@LOSSES.register("name")`` and takes ``**options``. A loss
+# that takes ratios against the rollout policy sets ``fn.needs_old_logp = True``: with several mini-batches a step,
+# the trainer then records the rollout policy's log-probs before the first optimizer step moves it.
 LOSSES: Registry = Registry("loss", _a_loss, noun="function")
 
 
 @LOSSES.register("composite")
 def _composite(logp, old_logp, adv, mask, *, n_tokens, n_seqs, clip_low, clip_high, agg, **_):
     return composite_loss(logp, old_logp, adv, mask, n_tokens, clip_low, clip_high, agg, n_seqs)
+
+
+_composite.needs_old_logp = True
 
 
 @LOSSES.register("flat")

@@ -306,7 +306,7 @@ def _minibatch_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad
     minis = [order[i :: cfg.minibatches] for i in range(cfg.minibatches)]
     old: dict[int, torch.Tensor] = {}
     # the rollout policy's log-probs, before the first step moves it
-    if cfg.loss == "composite" and cfg.minibatches > 1:
+    if getattr(LOSSES.get(cfg.loss), "needs_old_logp", False) and cfg.minibatches > 1:
         with torch.no_grad():
             for i0 in range(0, len(order), cfg.micro_batch):
                 chunk = order[i0 : i0 + cfg.micro_batch]

@@ -303,6 +303,8 @@ def _with(**bsb):
 
 
 def test_a_good_config_passes_and_every_server_selector_is_accepted():
+    # derived from the selectors' traits and ServerBackend's capabilities; pinned here, so a lost one fails
+    assert set(SERVER_SELECTORS) == {"probe_js", "midpoint", "newline", "uniform", "random"}
     for name in SERVER_SELECTORS:
         assert check_config(_with(selector=name)).selector == name
 
@@ -313,10 +315,17 @@ def test_a_good_config_passes_and_every_server_selector_is_accepted():
     (dict(siblings=0), "yield M\\(1\\+k\\) leaves"), (dict(chains=0), "yield M\\(1\\+k\\) leaves"),
     (dict(probe_endpoint="grpc"), "probe_endpoint"), (dict(task="nope"), "bsb.task='nope'"),
     (dict(colour="red"), "unknown option"),
+    (dict(selector="nope"), "bsb.selector: unknown selector 'nope'"), (dict(max_candidates=1), "must be >= 2 for probe_js"),
+    (dict(lens_readout="depth"), "bsb.lens_readout has no effect through verl"),
+    (dict(margin_window=[2, 8]), "bsb.margin_window has no effect through verl"), (dict(probe_suffix=""), "non-empty"),
 ])
 def test_bad_bsb_settings_are_one_clear_error(bsb, match):
     with pytest.raises(VerlConfigError, match=match):
         check_config(_with(**bsb))
+
+
+def test_midpoint_forks_with_one_candidate_on_verl_too():
+    assert check_config(_with(selector="midpoint", max_candidates=1)).max_candidates == 1
 
 
 def test_k_above_20_passes_when_the_servers_allow_it_and_every_problem_is_listed():

@@ -22,9 +22,9 @@ def ray_tq(compose, overrides):
     import ray
     import transfer_queue as tq
 
-    # Workers import the scripted task from tests/; the TransferQueue controller and storage each reserve a CPU, so
+    # Workers import the scripted task from tests/support/; the TransferQueue controller and storage each reserve a CPU, so
     # logical CPUs above the 2 cores keep the worker schedulable (a hang otherwise).
-    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
     config = compose(*overrides, "algorithm.filter_groups.enable=false", "transfer_queue.backend.SimpleStorage.num_data_storage_units=1")

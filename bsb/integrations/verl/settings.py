@@ -29,6 +29,8 @@ def _why_not(selector) -> str:
 # Selectors whose reads a vLLM replica serves (top-K beliefs over HTTP, or no model reads): derived from the selectors'
 # traits and ServerBackend's capabilities.
 SERVER_SELECTORS = tuple(n for n, cls in SELECTORS.items() if not _why_not(cls))
+# ProbeConfig fields only Lens-Shift and the margin selectors read: none of them runs through verl
+UNUSED_ON_VERL = ("lens_readout", "lens_layers", "lens_eps", "margin_window", "gap_threshold")
 # verl's names of bsb's tree estimators (bsb.integrations.verl.estimators) -> bsb's advantage (bsb.train.advantages)
 ESTIMATORS = {"bsb_treerl": "treerl", "bsb_prefix_credit": "prefix_credit"}
 PROBE_ENDPOINTS = ("completions", "prompt_logprobs")
@@ -76,13 +78,19 @@ class BsbSettings(ProbeConfig):
 
     def problems(self) -> list[str]:
         out = [f"bsb.{problem}" for problem in self.probe_problems()]
+        out += [
+            f"bsb.{name} has no effect through verl (no server-readable selector reads it): remove it"
+            for name in UNUSED_ON_VERL
+            if getattr(self, name) != getattr(ProbeConfig(), name)
+        ]
         try:
-            why = _why_not(SELECTORS.get(self.selector))
+            selector = SELECTORS.get(self.selector)
         except ValueError as err:
-            why = str(err)
-        if why:
+            selector = None
+            out.append(f"bsb.selector: {err}")
+        if selector is not None and _why_not(selector):
             out.append(
-                f"bsb.selector={self.selector!r} cannot run through verl's servers: {why}. "
+                f"bsb.selector={self.selector!r} cannot run through verl's servers: {_why_not(selector)}. "
                 f"Choose one of {', '.join(SERVER_SELECTORS)}"
             )
         try:
@@ -91,8 +99,11 @@ class BsbSettings(ProbeConfig):
             out.append(f"bsb tree: {err}: a tree needs M >= 1 roots and k >= 1 siblings to yield M(1+k) leaves")
         if self.max_refills < 0:
             out.append(f"bsb.max_refills must be >= 0, got {self.max_refills}")
-        if self.max_candidates < 2 and self.selector != "midpoint":
-            out.append(f"bsb.max_candidates must be >= 2 for a selector to choose, got {self.max_candidates}")
+        if selector is not None and 1 <= self.max_candidates < selector.min_candidates:
+            out.append(
+                f"bsb.max_candidates must be >= {selector.min_candidates} for {self.selector} to choose, "
+                f"got {self.max_candidates}"
+            )
         if self.probe_endpoint not in PROBE_ENDPOINTS:
             out.append(f"bsb.probe_endpoint must be one of {', '.join(PROBE_ENDPOINTS)}, got {self.probe_endpoint!r}")
         if self.overlong_buffer < 0 or self.overlong_factor < 0:
@@ -132,7 +143,10 @@ def check_config(cfg: Mapping, build_task: bool = True) -> BsbSettings:
         raise VerlConfigError(f"bsb: {err}") from err
     problems = settings.problems()
     rollout = "actor_rollout_ref.rollout"
-    reads_topk = settings.selector in SELECTORS and "belief_topk" in SELECTORS.get(settings.selector).requires
+    try:  # a selector of your own (package.module:Class) that reads top-K beliefs is held to the limit too
+        reads_topk = "belief_topk" in SELECTORS.get(settings.selector).requires
+    except ValueError:  # unknown: problems() reported it
+        reads_topk = False
     if reads_topk and settings.top_k > server_max_logprobs(cfg):
         problems.append(
             f"bsb.top_k={settings.top_k} exceeds the servers' logprob limit {server_max_logprobs(cfg)}: lower it or "
