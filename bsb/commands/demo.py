@@ -63,7 +63,6 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def run_demo(cfg: DemoConfig, console=None) -> dict:
     from rich.console import Console
-    from rich.table import Table
     from tqdm import tqdm
 
     from bsb import kernels
@@ -124,27 +123,7 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
             f"{'correct' if correct[i] else 'wrong'})"
         )
         console.print(text, markup=False, highlight=False)
-        table = Table(title=f"chain {i}: {len(ch.response)} tokens, rollout {1000 * rollout_s[i]:.0f} ms")
-        for col in ("selector", "fork t", "score", "pool", "read tokens", "read ms", "read/rollout"):
-            table.add_column(col, justify="left" if col == "selector" else "right")
-        for name in names:
-            c = picks[name][i]
-            if c.fork is None:
-                table.add_row(name, "unforkable", "", "0", "0", "", "")
-                continue
-            j = c.pool.positions.index(c.fork) if c.fork in c.pool.positions else None
-            score = c.scores[j] if j is not None and c.scores and not math.isnan(c.scores[j]) else float("nan")
-            fork = f"{c.fork}*" if c.fallback else str(c.fork)
-            table.add_row(
-                name,
-                fork,
-                "" if math.isnan(score) else f"{score:.4f}",
-                str(len(c.pool.positions)),
-                str(c.token_forwards),
-                f"{1000 * read_s[name][i]:.1f}",
-                f"{read_s[name][i] / rollout_s[i]:.3f}",
-            )
-        console.print(table)
+        console.print(_chain_table(i, ch, names, picks, read_s, rollout_s[i]))
     console.print(
         "fork t: the response position siblings continue from (* the selector fell back to Midpoint or the pool held "
         "one candidate); score: the selector's own scale at its fork; pool: candidates scored; read tokens: "
@@ -231,6 +210,34 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
         "seconds": total,
         "correct": correct,
     }
+
+
+def _chain_table(i: int, ch, names: list[str], picks: dict, read_s: dict, rollout_s: float):
+    """Chain ``i``'s table: each selector's fork, its score there, the pool, the read tokens and time against the
+    chain's rollout time."""
+    from rich.table import Table
+
+    table = Table(title=f"chain {i}: {len(ch.response)} tokens, rollout {1000 * rollout_s:.0f} ms")
+    for col in ("selector", "fork t", "score", "pool", "read tokens", "read ms", "read/rollout"):
+        table.add_column(col, justify="left" if col == "selector" else "right")
+    for name in names:
+        c = picks[name][i]
+        if c.fork is None:
+            table.add_row(name, "unforkable", "", "0", "0", "", "")
+            continue
+        j = c.pool.positions.index(c.fork) if c.fork in c.pool.positions else None
+        score = c.scores[j] if j is not None and c.scores and not math.isnan(c.scores[j]) else float("nan")
+        fork = f"{c.fork}*" if c.fallback else str(c.fork)
+        table.add_row(
+            name,
+            fork,
+            "" if math.isnan(score) else f"{score:.4f}",
+            str(len(c.pool.positions)),
+            str(c.token_forwards),
+            f"{1000 * read_s[name][i]:.1f}",
+            f"{read_s[name][i] / rollout_s:.3f}",
+        )
+    return table
 
 
 def _flip_mass(xs: list[int], vs: list[float], fork: int | None) -> float:
