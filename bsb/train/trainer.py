@@ -24,6 +24,7 @@ prompts, the probe suffix, the committed answer and the verifier.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import shutil
@@ -47,6 +48,8 @@ from bsb.train.config import TrainConfig
 from bsb.train.rewards import RewardConfig
 from bsb.train.seeds import VAL_SEED, stream
 
+log = logging.getLogger(__name__)
+
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, rollout_backend=None, resume: bool = True):
@@ -66,6 +69,7 @@ class Trainer:
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.ckpt = self.out / "checkpoint"
+        recover_checkpoint(self.out)  # a crash inside save() must not turn into a silent restart at step 0
         resuming = resume and (self.ckpt / "state.json").exists()
         self.model_path = resolve_model(cfg.model, self.task)
         if self.device.type == "cuda" and cfg.backend != "hf":
@@ -284,9 +288,11 @@ class Trainer:
             },
             tmp / "trainer.pt",
         )
-        (tmp / "state.json").write_text(
+        # state.json last, and whole (renamed into place): a checkpoint.tmp holding it is complete
+        (tmp / "state.json.part").write_text(
             json.dumps({"step": self.step, "active_steps": self.active_steps, "config": self.cfg.to_dict()}, indent=1)
         )
+        os.replace(tmp / "state.json.part", tmp / "state.json")
         if self.ckpt.exists():
             shutil.rmtree(old, ignore_errors=True)
             os.replace(self.ckpt, old)
@@ -294,8 +300,20 @@ class Trainer:
         shutil.rmtree(old, ignore_errors=True)
 
     def _load(self) -> None:
-        state = json.loads((self.ckpt / "state.json").read_text())
-        self.step, self.active_steps = state["step"], state.get("active_steps", 0)
+        where = self.ckpt / "state.json"
+        try:
+            state = json.loads(where.read_text())
+            step, active = state["step"], state.get("active_steps", 0)
+        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as err:
+            raise ValueError(
+                f"{where}: not a bsb checkpoint state ({err}); move the checkpoint away to start over"
+            ) from None
+        for name, value in (("step", step), ("active_steps", active)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= step:
+                raise ValueError(
+                    f"{where}: {name} {value!r} is not a step count in [0, step]; the checkpoint is damaged"
+                )
+        self.step, self.active_steps = step, active
         blob = torch.load(
             self.ckpt / "trainer.pt", weights_only=True, map_location="cpu"
         )  # the optimizer moves its state to the params
@@ -305,8 +323,47 @@ class Trainer:
         random.setstate(blob["python_rng"])
         path = self.out / "metrics.jsonl"
         if path.exists():  # drop rows written after the checkpoint (a crash between save points)
-            kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= self.step]
+            kept = [line for line in _metric_rows(path) if json.loads(line)["step"] <= self.step]
             path.write_text("".join(line + "\n" for line in kept))
+
+
+def recover_checkpoint(out: Path) -> str:
+    """Undo a crash inside :meth:`Trainer.save`, which writes ``checkpoint.tmp`` (complete once its ``state.json``
+    exists: written last, renamed into place), renames ``checkpoint`` to ``checkpoint.old``, then ``checkpoint.tmp``
+    to ``checkpoint``. Between those renames there is no ``checkpoint/``: the newest complete one is put back.
+    Returns what it did ("" when there was nothing to recover)."""
+    ckpt, tmp, old = out / "checkpoint", out / "checkpoint.tmp", out / "checkpoint.old"
+    if ckpt.exists():
+        return ""
+    for source in (tmp, old):  # tmp is the newer of the two
+        if (source / "state.json").exists():
+            os.replace(source, ckpt)
+            log.warning("recovered %s from %s (a run stopped while saving)", ckpt, source.name)
+            return source.name
+    return ""
+
+
+def _metric_rows(path: Path) -> list[str]:
+    """The rows of a metrics file. A torn last line (a crash while it was written: no newline, not JSON) is dropped
+    with a warning; any other row that is not a JSON object with a step is an error naming the file and line."""
+    text = path.read_text()
+    lines = text.splitlines()
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            ok = isinstance(row, dict) and isinstance(row.get("step"), int)
+        except json.JSONDecodeError:
+            ok = False
+        if not ok:
+            if n == len(lines) and not text.endswith("\n"):
+                log.warning("%s: dropped a torn last row (line %d, a run stopped while writing it)", path, n)
+                continue
+            raise ValueError(f"{path}, line {n}: not a metrics row (a JSON object with an integer step): {line[:80]!r}")
+        rows.append(line)
+    return rows
 
 
 def _append(path: Path, row: dict) -> None:

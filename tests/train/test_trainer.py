@@ -2,6 +2,8 @@
 homogeneous steps, exact resume, config errors."""
 
 import json
+import os
+import shutil
 
 import pytest
 import torch
@@ -302,3 +304,43 @@ def test_colocation_check_names_the_missing_room(tmp_path, monkeypatch):
     D.check_colocation(tmp_path, torch.device("cuda"), 0.5)  # 16 kB needed, 50 kB left
     with pytest.raises(ValueError, match="leaves the trainer .* lower vllm_gpu_memory_utilization"):
         D.check_colocation(tmp_path, torch.device("cuda"), 0.9)  # 10 kB left
+
+
+@pytest.mark.parametrize("left", ["tmp_and_old", "old_only"])
+def test_a_crash_inside_save_resumes_from_the_newest_complete_checkpoint(model_dir, tmp_path, left):
+    """save() renames checkpoint -> checkpoint.old, then checkpoint.tmp -> checkpoint: a crash between the two
+    left no checkpoint/ and the rerun started over at step 0. Now the newest complete one is put back."""
+    out = tmp_path / "run"
+    Trainer(config(model_dir, out, steps=2, dynamic_sampling=False)).run()
+    ckpt = out / "checkpoint"
+    if left == "tmp_and_old":  # the crash after the first rename: .tmp holds step 2, .old an older copy
+        shutil.copytree(ckpt, out / "checkpoint.old")
+        state = json.loads((out / "checkpoint.old" / "state.json").read_text())
+        (out / "checkpoint.old" / "state.json").write_text(json.dumps({**state, "step": 1}))
+        os.replace(ckpt, out / "checkpoint.tmp")
+    else:  # checkpoint.tmp not yet complete (no state.json): the old one is the newest complete
+        os.replace(ckpt, out / "checkpoint.old")
+        (out / "checkpoint.tmp").mkdir()
+    resumed = Trainer(config(model_dir, out, steps=2, dynamic_sampling=False))
+    assert resumed.step == 2 and ckpt.exists()
+    assert not (out / ("checkpoint.tmp" if left == "tmp_and_old" else "checkpoint.old")).exists()
+
+
+def test_a_damaged_checkpoint_state_or_metrics_row_is_a_clear_error(model_dir, tmp_path):
+    out = tmp_path / "run"
+    Trainer(config(model_dir, out, steps=1, dynamic_sampling=False)).run()
+    state_path = out / "checkpoint" / "state.json"
+    good = state_path.read_text()
+    for bad in ({**json.loads(good), "step": -5}, {**json.loads(good), "step": True}, {"config": {}}):
+        state_path.write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match="state.json"):
+            Trainer(config(model_dir, out, steps=2, dynamic_sampling=False))
+    state_path.write_text(good)
+    metrics = out / "metrics.jsonl"
+    rows = metrics.read_text()
+    metrics.write_text(rows + '{"step": 2, "loss": 0.')  # torn last row: dropped, the resume goes on
+    assert Trainer(config(model_dir, out, steps=2, dynamic_sampling=False)).step == 1
+    assert metrics.read_text() == rows
+    metrics.write_text("not json\n" + rows)  # a damaged row inside the file: the file and line are named
+    with pytest.raises(ValueError, match="metrics.jsonl, line 1"):
+        Trainer(config(model_dir, out, steps=2, dynamic_sampling=False))
