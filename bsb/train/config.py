@@ -154,6 +154,12 @@ class TrainConfig(ProbeConfig):
     save_every: int = _f(10, "checkpoint every N steps; 0: only at the end")
     progress: bool = _f(True, "progress bars")
     vllm_kv_cache_gib: int = _f(1, "KV cache of the CPU vLLM engine, GiB")
+    resume_changes: list = _f(
+        [],
+        "fields allowed to differ from the checkpoint's config when resuming, e.g. [lr]: changed "
+        "on purpose and recorded in the next metrics row (steps, progress, val_every, "
+        "save_every may always change)",
+    )
 
     def __post_init__(self):
         self.task_options = dict(self.task_options or {})
@@ -300,6 +306,27 @@ class TrainConfig(ProbeConfig):
         """The fields and their values (copies), model and task first, the probe options beside the selector."""
         values = dataclasses.asdict(self)
         return {f.name: values[f.name] for f in _fields()}
+
+
+# Fields a resume may change without a word: how long, how often and how visibly the same run goes on, and where its
+# folder now lives.
+RESUME_SAFE = ("steps", "progress", "val_every", "save_every", "resume_changes", "out_dir")
+
+
+def resume_changes(stored: dict, cfg: TrainConfig) -> dict[str, tuple]:
+    """The fields of ``cfg`` that differ from a checkpoint's stored config, as {field: (stored, new)}, except the
+    :data:`RESUME_SAFE` ones. A field the stored config lacks (written before the field existed) counts as its
+    default."""
+    import json
+
+    defaults = {f.name: (f.default_factory() if f.default is dataclasses.MISSING else f.default) for f in _fields()}
+    new = json.loads(json.dumps(cfg.to_dict(), default=str))  # the JSON state.json holds: tuples as lists
+    out = {}
+    for name, value in new.items():
+        old = stored.get(name, json.loads(json.dumps(defaults[name], default=str)))
+        if name not in RESUME_SAFE and old != value:
+            out[name] = (old, value)
+    return out
 
 
 def _lookup(registry, name):

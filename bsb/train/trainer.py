@@ -44,7 +44,7 @@ from bsb.tasks.base import Problem
 from bsb.tasks.prompting import render_prompt
 from bsb.tasks.registry import make_task
 from bsb.train import phases
-from bsb.train.config import TrainConfig
+from bsb.train.config import TrainConfig, resume_changes
 from bsb.train.rewards import RewardConfig
 from bsb.train.seeds import VAL_SEED, stream
 
@@ -71,6 +71,7 @@ class Trainer:
         self.ckpt = self.out / "checkpoint"
         recover_checkpoint(self.out)  # a crash inside save() must not turn into a silent restart at step 0
         resuming = resume and (self.ckpt / "state.json").exists()
+        self.resumed_changes = self._check_resume() if resuming else {}
         self.model_path = resolve_model(cfg.model, self.task)
         if self.device.type == "cuda" and cfg.backend != "hf":
             check_colocation(self.model_path, self.device, cfg.vllm_gpu_memory_utilization)
@@ -99,6 +100,7 @@ class Trainer:
         self.step, self.active_steps = 0, 0
         if resuming:
             self._load()
+            self._apply_optimizer_changes()
         self.backend = rollout_backend if rollout_backend is not None else self._make_backend(load_from)
         self.syncs = capabilities(self.backend).weight_sync
         if self.syncs and rollout_backend is not None:
@@ -257,6 +259,9 @@ class Trainer:
         )
         for _ in bar:
             m = self.train_step()
+            if self.resumed_changes:  # recorded once, in the first row after the resume
+                m["resume_changed"] = {k: [old, new] for k, (old, new) in self.resumed_changes.items()}
+                self.resumed_changes = {}
             if (cfg.val_every and self.step % cfg.val_every == 0) or self.step == cfg.steps:
                 m.update(self.validate())
             rows.append(m)
@@ -298,6 +303,40 @@ class Trainer:
             os.replace(self.ckpt, old)
         os.replace(tmp, self.ckpt)
         shutil.rmtree(old, ignore_errors=True)
+
+    def _check_resume(self) -> dict:
+        """The stored config against this one: a change that alters the run's results is an error listing the fields,
+        unless ``resume_changes`` names them (then they are returned, to be recorded in the next metrics row)."""
+        where = self.ckpt / "state.json"
+        try:
+            stored = json.loads(where.read_text()).get("config")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as err:
+            raise ValueError(
+                f"{where}: not a bsb checkpoint state ({err}); move the checkpoint away to start over"
+            ) from None
+        if not isinstance(stored, dict):
+            raise ValueError(f"{where}: holds no config; move the checkpoint away to start over")
+        changed = resume_changes(stored, self.cfg)
+        refused = {k: v for k, v in changed.items() if k not in self.cfg.resume_changes}
+        if refused:
+            listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in refused.items())
+            raise ValueError(
+                f"{self.out} holds a different run ({listed}): use another out_dir, --no-resume to start over, or "
+                f"resume_changes=[{', '.join(refused)}] to change them on purpose"
+            )
+        return changed
+
+    def _apply_optimizer_changes(self) -> None:
+        """A resumed optimizer keeps its stored lr and weight decay: a change asked for with resume_changes is applied
+        here (the schedule's base lr too), so what config.yaml records is what trains."""
+        lam = self.sched.lr_lambdas[0]
+        if "lr" in self.resumed_changes:
+            self.sched.base_lrs = [self.cfg.lr for _ in self.opt.param_groups]
+            for g in self.opt.param_groups:
+                g["initial_lr"], g["lr"] = self.cfg.lr, self.cfg.lr * lam(self.sched.last_epoch)
+        if "weight_decay" in self.resumed_changes:
+            for g in self.opt.param_groups:
+                g["weight_decay"] = self.cfg.weight_decay
 
     def _load(self) -> None:
         where = self.ckpt / "state.json"

@@ -331,7 +331,8 @@ def test_a_damaged_checkpoint_state_or_metrics_row_is_a_clear_error(model_dir, t
     Trainer(config(model_dir, out, steps=1, dynamic_sampling=False)).run()
     state_path = out / "checkpoint" / "state.json"
     good = state_path.read_text()
-    for bad in ({**json.loads(good), "step": -5}, {**json.loads(good), "step": True}, {"config": {}}):
+    no_step = {k: v for k, v in json.loads(good).items() if k != "step"}
+    for bad in ({**json.loads(good), "step": -5}, {**json.loads(good), "step": True}, no_step, [1, 2]):
         state_path.write_text(json.dumps(bad))
         with pytest.raises(ValueError, match="state.json"):
             Trainer(config(model_dir, out, steps=2, dynamic_sampling=False))
@@ -344,3 +345,23 @@ def test_a_damaged_checkpoint_state_or_metrics_row_is_a_clear_error(model_dir, t
     metrics.write_text("not json\n" + rows)  # a damaged row inside the file: the file and line are named
     with pytest.raises(ValueError, match="metrics.jsonl, line 1"):
         Trainer(config(model_dir, out, steps=2, dynamic_sampling=False))
+
+
+def test_a_resume_with_another_config_is_refused_unless_named(model_dir, tmp_path):
+    out = tmp_path / "run"
+    Trainer(config(model_dir, out, steps=1, dynamic_sampling=False)).run()
+    for kw, listed in ((dict(lr=5e-4), "lr: 0.001 -> 0.0005"), (dict(selector="entropy"), "selector: 'probe_js' -> 'entropy'"),
+                       (dict(seed=3, chains=3), "chains: 2 -> 3; seed: 0 -> 3"),
+                       (dict(task_options=dict(ops=[1, 2], max_operand=3)), "task_options")):
+        with pytest.raises(ValueError, match="holds a different run") as err:
+            Trainer(config(model_dir, out, steps=2, dynamic_sampling=False, **kw))
+        assert listed in str(err.value) and "resume_changes=[" in str(err.value)
+    # named on purpose: accepted, applied to the resumed optimizer, recorded in the next metrics row
+    tr = Trainer(config(model_dir, out, steps=2, dynamic_sampling=False, lr=5e-4, resume_changes=["lr"]))
+    assert tr.step == 1 and tr.sched.base_lrs == [5e-4] * len(tr.opt.param_groups)
+    assert all(g["lr"] == pytest.approx(5e-4 * tr.sched.lr_lambdas[0](tr.sched.last_epoch)) for g in tr.opt.param_groups)
+    tr.run()
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 2 and rows[-1]["resume_changed"] == {"lr": [1e-3, 5e-4]}
+    assert "resume_changed" not in rows[-2]
+    Trainer(config(model_dir, out, steps=4, dynamic_sampling=False, lr=5e-4, progress=True, val_every=3))  # safe fields
