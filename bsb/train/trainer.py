@@ -71,6 +71,7 @@ class Trainer:
         self.ckpt = self.out / "checkpoint"
         recover_checkpoint(self.out)  # a crash inside save() must not turn into a silent restart at step 0
         resuming = resume and (self.ckpt / "state.json").exists()
+        self.state = self._read_state() if resuming else None  # checked once, before any model loads
         self.resumed_changes = self._check_resume() if resuming else {}
         self.model_path = resolve_model(cfg.model, self.task)
         if self.device.type == "cuda" and cfg.backend != "hf":
@@ -304,18 +305,30 @@ class Trainer:
         os.replace(tmp, self.ckpt)
         shutil.rmtree(old, ignore_errors=True)
 
-    def _check_resume(self) -> dict:
-        """The stored config against this one: a change that alters the run's results is an error listing the fields,
-        unless ``resume_changes`` names them (then they are returned, to be recorded in the next metrics row)."""
+    def _read_state(self) -> dict:
+        """The checkpoint's ``state.json``: a mapping with the run's config and step counts in range, or one error
+        naming the file."""
         where = self.ckpt / "state.json"
         try:
-            stored = json.loads(where.read_text()).get("config")
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as err:
+            state = json.loads(where.read_text())
+            stored, step, active = state["config"], state["step"], state.get("active_steps", 0)
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as err:
             raise ValueError(
-                f"{where}: not a bsb checkpoint state ({err}); move the checkpoint away to start over"
+                f"{where}: not a bsb checkpoint state ({err!r}); move the checkpoint away to start over"
             ) from None
         if not isinstance(stored, dict):
             raise ValueError(f"{where}: holds no config; move the checkpoint away to start over")
+        for name, value in (("step", step), ("active_steps", active)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= step:
+                raise ValueError(
+                    f"{where}: {name} {value!r} is not a step count in [0, step]; the checkpoint is damaged"
+                )
+        return state
+
+    def _check_resume(self) -> dict:
+        """The stored config against this one: a change that alters the run's results is an error listing the fields,
+        unless ``resume_changes`` names them (then they are returned, to be recorded in the next metrics row)."""
+        stored = self.state["config"]
         changed = resume_changes(stored, self.cfg)
         refused = {k: v for k, v in changed.items() if k not in self.cfg.resume_changes}
         if refused:
@@ -339,20 +352,7 @@ class Trainer:
                 g["weight_decay"] = self.cfg.weight_decay
 
     def _load(self) -> None:
-        where = self.ckpt / "state.json"
-        try:
-            state = json.loads(where.read_text())
-            step, active = state["step"], state.get("active_steps", 0)
-        except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as err:
-            raise ValueError(
-                f"{where}: not a bsb checkpoint state ({err}); move the checkpoint away to start over"
-            ) from None
-        for name, value in (("step", step), ("active_steps", active)):
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= step:
-                raise ValueError(
-                    f"{where}: {name} {value!r} is not a step count in [0, step]; the checkpoint is damaged"
-                )
-        self.step, self.active_steps = step, active
+        self.step, self.active_steps = self.state["step"], self.state.get("active_steps", 0)
         blob = torch.load(
             self.ckpt / "trainer.pt", weights_only=True, map_location="cpu"
         )  # the optimizer moves its state to the params
