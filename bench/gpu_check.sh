@@ -8,8 +8,10 @@
 #               with the copy bandwidth and bf16 matmul rate measured too       they are measured)
 #   e2e         a Qwen3-0.6B-shaped random model in bf16: packed vs naive     -> gpu_e2e.json (appended per measurement)
 #               reads, the read share of a tree RLVR step, training log-prob memory
-# Usage: bench/gpu_check.sh OUTDIR. Under 8 minutes on one H200 (10 + 60 + 110 + 170 + 120 s of limits). At most 8
-# files land in OUTDIR. Needs python3 with torch (CUDA), triton, transformers, pytest, pytest-benchmark, hypothesis.
+#   train       2 steps of bsb train under torchrun (world size 1, NCCL,     -> gpu_train.json
+#               FSDP2, bf16) on a Qwen3-0.6B-shaped random model: step time split, peak memory
+# Usage: bench/gpu_check.sh OUTDIR. Under 10 minutes on one H200 (10 + 60 + 110 + 170 + 120 + 120 s of limits). At most
+# 9 files land in OUTDIR. Needs python3 with torch (CUDA), triton, transformers, pytest, pytest-benchmark, hypothesis.
 set -uo pipefail
 out=${1:?usage: bench/gpu_check.sh OUTDIR}
 mkdir -p "$out"
@@ -45,4 +47,5 @@ stage kernels 170 "$py" -m pytest bench/test_bench_rows.py bench/test_bench_lens
   --benchmark-disable-gc > "$out/bench.log" 2>&1
 cp bench/results/gpu-*.md bench/results/gpu-*.json "$out/" 2>/dev/null
 stage e2e 120 "$py" bench/gpu_e2e.py "$out"
+stage train 120 "$py" -m torch.distributed.run --standalone --nproc_per_node=1 bench/gpu_train.py "$out" >> "$out/bench.log" 2>&1
 ls -l "$out"

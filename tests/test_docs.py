@@ -180,3 +180,54 @@ def test_the_checker_catches_broken_links(tmp_path):
                    "malformed mailto", "scheme 'file'", "also-missing.md"):
         assert any(needle in f for f in found), (needle, found)
     assert not any("in code" in f or "in a fence" in f for f in found)
+
+
+# ------------------------------------------------------------------ docs/scale.md: the launches compose, the table is made
+
+
+def _torchrun_lines(page: Path) -> list[str]:
+    """Every torchrun command in ``page``'s code blocks, with the shell loops around it unrolled."""
+    import itertools
+    import re
+
+    lines, loops = [], []
+    for block in re.findall(r"```bash\n(.*?)```", page.read_text(), re.S):
+        loops = [re.match(r"\s*for (\w+) in (.+); do", line).groups() for line in block.splitlines()
+                 if re.match(r"\s*for \w+ in .+; do", line)]
+        for line in (x.strip() for x in block.splitlines() if x.strip().startswith("torchrun")):
+            values = [[(name, v) for v in words.split()] for name, words in loops]
+            for combo in itertools.product(*values) if values else [()]:
+                text = line
+                for name, v in combo:
+                    text = text.replace(f"${name}", v)
+                lines.append(text)
+    return lines
+
+
+def test_the_scale_launches_compose():
+    import shlex
+
+    from torch.distributed.run import get_args_parser
+
+    from bsb.cli import build_parser
+    from bsb.train.config import TrainConfig, parse_overrides
+
+    lines = _torchrun_lines(ROOT / "docs" / "scale.md")
+    assert len(lines) == 13  # Table 3: three models x four arms on one node, one line for two nodes
+    for line in lines:
+        launch = get_args_parser().parse_args(shlex.split(line)[1:])
+        assert launch.module and launch.training_script == "bsb.cli", line
+        args = build_parser().parse_args(launch.training_script_args)
+        assert args.command == "train"
+        cfg = TrainConfig.from_dict(parse_overrides(args.set, TrainConfig.from_yaml(ROOT / args.config).to_dict()))
+        nodes = int(str(launch.nnodes).split(":")[-1])
+        world = nodes * int(launch.nproc_per_node)
+        assert cfg.prompts_per_step % world == 0 and cfg.gen_prompts % world == 0, line
+
+
+def test_the_scale_memory_table_is_what_bsb_cost_prints(capsys):
+    from bsb.commands.cost import memory_report
+
+    memory_report([str(ROOT / "configs" / "paper")], [1, 2, 4, 8], 141e9, markdown=True)
+    printed = capsys.readouterr().out.split("\n\n", 1)[1].strip()
+    assert printed in (ROOT / "docs" / "scale.md").read_text()

@@ -31,6 +31,19 @@ class CostConfig:
     candidates: int = _f(16, "C")
     suffix_len: int = _f(9, "E, suffix tokens")
     read_len: int = _f(1, "L")
+    memory: list = _f(
+        [],
+        "bsb train configs (YAML files, or folders searched for them): instead of the FLOP table, the memory one GPU "
+        "of each config's model needs at --gpus ranks (FSDP2 shards, a colocated engine per rank)",
+    )
+    gpus: list[int] = _f([1, 2, 4, 8], "world sizes of the memory table")
+    gpu_gb: float = _f(141.0, "memory of one GPU in GB (an H200: 141)")
+    params: float | None = _f(None, "the model's parameter count, when its checkpoint is not local")
+    markdown: bool = _f(False, "print the memory table as Markdown (for docs)")
+
+    def __post_init__(self):
+        if self.gpu_gb <= 0 or any(n < 1 for n in self.gpus) or (self.params is not None and self.params <= 0):
+            raise ValueError("--gpu-gb and --params must be > 0, every --gpus >= 1")
 
     def shape(self) -> cost.StepShape | None:
         """Your step shape (None without a mean chain length)."""
@@ -55,6 +68,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     cfg = from_args(CostConfig, args, parser)
     try:
+        if cfg.memory:
+            memory_report(cfg.memory, cfg.gpus, cfg.gpu_gb * 1e9, cfg.params, cfg.markdown)
+            return 0
         cost_report(cfg.shape(), cfg.metrics)
     except (ValueError, FileNotFoundError) as err:
         parser.error(str(err))
@@ -107,5 +123,75 @@ def cost_report(shape: cost.StepShape | None = None, metrics: str | Path | None 
     console.print(
         "Token-forwards: a forward costs 2N FLOPs per token, forward + backward 6N (N cancels). Measured shares count "
         "the engine's probe tokens (prefix-cache misses plus reads) against the tokens generated and trained."
+    )
+    return rows
+
+
+def _configs(paths: list[str]) -> list[Path]:
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(p.rglob("*.yaml"))
+        elif p.exists():
+            out.append(p)
+        else:
+            raise FileNotFoundError(f"no config file or folder at {p}")
+    if not out:
+        raise ValueError(f"no .yaml config under {', '.join(paths)}")
+    return out
+
+
+def memory_report(
+    paths: list[str],
+    gpus: list[int],
+    gpu_bytes: float,
+    params: float | None = None,
+    markdown: bool = False,
+    console=None,
+) -> list[dict]:
+    """Per model of the configs at ``paths``: what one GPU holds at each world size (:func:`memory_plan`)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from bsb.engine.device import memory_plan, model_params
+    from bsb.train.config import TrainConfig
+
+    console = console or Console()
+    models: dict[tuple[str, float], list[str]] = {}
+    for path in _configs(paths):
+        cfg = TrainConfig.from_yaml(path)
+        models.setdefault((cfg.model, cfg.vllm_gpu_memory_utilization), []).append(str(path))
+    title = f"Memory a GPU holds ({gpu_bytes / 1e9:.0f} GB each), GB: FSDP2-sharded trainer, engine"
+    cols = ("model", "configs", "params", "GPUs", "trainer 16P/N", "room (1-util)", "engine 2P", "share", "fits")
+    table = Table(title=title)
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("model", "fits") else "right")
+    rows, lines = [], [f"| {' | '.join(cols)} |", f"|{'---|' * len(cols)}"]
+    for (model, util), where in models.items():
+        n = params if params is not None else model_params(model)
+        for g in gpus:
+            plan = memory_plan(n, g, gpu_bytes, util)
+            rows.append({"model": model, "configs": len(where), "params": n, **plan})
+            cells = [
+                Path(model).name,
+                str(len(where)),
+                f"{n / 1e9:.2f}B",
+                str(g),
+                *(
+                    f"{plan[k] / 1e9:.1f}"
+                    for k in ("trainer_bytes", "trainer_room", "engine_weight_bytes", "engine_share")
+                ),
+                "yes" if plan["fits"] else "no",
+            ]
+            table.add_row(*cells)
+            lines.append(f"| {' | '.join(cells)} |")
+    if markdown:
+        print(f"{title}\n\n" + "\n".join(lines))
+        return rows
+    console.print(table)
+    console.print(
+        "trainer: fp32 weights, gradients and AdamW moments sharded over the GPUs; room: what "
+        "vllm_gpu_memory_utilization leaves it. engine: the colocated vLLM engine's bf16 weights (whole on every rank) "
+        "in its share. Lower bounds: activations, the KV cache and one gathered layer come on top."
     )
     return rows

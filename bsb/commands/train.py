@@ -4,6 +4,7 @@ from a YAML file and ``--set FIELD=VALUE`` overrides; ``--help`` lists every fie
 from __future__ import annotations
 
 import argparse
+import sys
 
 HELP = "tree RLVR training (vLLM rollouts when installed)"
 
@@ -33,6 +34,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from bsb.train.config import TrainConfig, parse_overrides
+    from bsb.train.distributed import collective_failure
     from bsb.train.trainer import Trainer
 
     try:  # a config or a model that cannot run is a usage error, reported in one line
@@ -40,8 +42,23 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         trainer = Trainer(TrainConfig.from_dict(parse_overrides(args.set, data)), resume=not args.no_resume)
     except (ValueError, FileNotFoundError) as err:
         parser.error(str(err))
-    rows = trainer.run()
-    vals = [(r["step"], r["val_accuracy"]) for r in rows if "val_accuracy" in r]
-    print(f"held-out accuracy by step: {', '.join(f'{s}: {a:.3f}' for s, a in vals)}")
-    print(f"metrics: {trainer.out / 'metrics.jsonl'}; final model: {trainer.out / 'final'}")
+    world = trainer.world
+    try:
+        rows = trainer.run()
+    except RuntimeError as err:  # a rank died or hung: one line naming this rank, not a traceback
+        if not (world.launched and collective_failure(err)):
+            raise
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(
+            f"bsb: error: rank {world.rank} of {world.size}: a collective failed ({first[:300]}); another rank "
+            f"stopped or exceeded dist_timeout_s. The same command resumes from the last checkpoint.",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        trainer.close()
+    if world.main:
+        vals = [(r["step"], r["val_accuracy"]) for r in rows if "val_accuracy" in r]
+        print(f"held-out accuracy by step: {', '.join(f'{s}: {a:.3f}' for s, a in vals)}")
+        print(f"metrics: {trainer.out / 'metrics.jsonl'}; final model: {trainer.out / 'final'}")
     return 0

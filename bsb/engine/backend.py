@@ -7,7 +7,9 @@ The protocols a capability promises:
 ==================  =========================================================================================
 capability          methods
 ==================  =========================================================================================
-``generate``        ``generate(prompts, max_new_tokens, temperature, top_p, seed, eos_token_id)`` (token ids)
+``generate``        ``generate(prompts, max_new_tokens, temperature, top_p, seed, eos_token_id)`` (token ids);
+                    request ``i`` samples from its own seed, ``seed + i`` (or ``seed[i]`` given a list): what it
+                    draws does not depend on the other requests of the call (:func:`request_seeds`)
 ``belief_logits``   ``probe_logits(asks, suffix, read_len, seeds)``: each chain's read logits (C, L, V) on the
                     backend's device; Probe-JS runs the fused ``bsb.kernels.probe_js`` on them (white-box)
 ``belief_topk``     ``probe_topk(asks, suffix, read_len, k, seeds)``: each chain's top-k beliefs (C, L, k);
@@ -16,7 +18,8 @@ capability          methods
                     ``token_entropy``)
 ``white_box``       ``model`` (the HF module), ``reads(...)`` (the packed forward) and
                     ``lens_profiles(prefix, cuts, suffix, answer)``: Lens-Shift and BSV
-``weight_sync``     ``load_weights(state_dict)``: the trainer's per-step sync into a running engine
+``weight_sync``     ``load_weights(weights)``: the per-step sync into a running engine (a state dict or (name, tensor)
+                    pairs)
 ==================  =========================================================================================
 
 ``asks`` is a list of ``(prefix, cuts)``: one chain's prompt + response token ids and its read positions.
@@ -90,6 +93,16 @@ class TokenStats:
     entropy: torch.Tensor  # (T,) entropy of the next-token distribution at each response token (NaN if unknown)
     margin: torch.Tensor  # (T,) top-1 − top-2 logit before each response token (Δz_t)
     token_forwards: int
+
+
+def request_seeds(seed, n: int) -> list[int]:
+    """The seed of each of ``n`` requests: ``seed + i`` for an int, or the list itself (one per request)."""
+    if isinstance(seed, int):
+        return [seed + i for i in range(n)]
+    seeds = [int(s) for s in seed]
+    if len(seeds) != n:
+        raise ValueError(f"{len(seeds)} seeds for {n} requests")
+    return seeds
 
 
 def check_generation_args(prompts, max_new_tokens: int, temperature: float, top_p: float) -> None:

@@ -86,16 +86,63 @@ def checkpoint_params(path) -> int:
     return size // width
 
 
-def check_colocation(path, device: torch.device, gpu_memory_utilization: float) -> None:
+TRAIN_BYTES_PER_PARAM = 16  # fp32 weights, fp32 gradients, AdamW's two fp32 moments
+ENGINE_BYTES_PER_PARAM = 2  # the rollout engine's bf16 copy of the weights
+# Parameter counts of [Fork]'s models (their model cards), for a memory plan made before the checkpoint is downloaded;
+# a local checkpoint is counted from its weight files instead (checkpoint_params).
+KNOWN_PARAMS = {
+    "Qwen3-4B-Base": 4.02e9,
+    "Qwen3-8B-Base": 8.19e9,
+    "Olmo-3-7B-Instruct-SFT": 7.30e9,
+    "Olmo-3-1025-7B": 7.30e9,
+    "NVIDIA-Nemotron-Nano-9B-v2-Base": 8.89e9,
+}
+
+
+def model_params(path) -> float:
+    """Parameters of the model at ``path``: counted from a local checkpoint, else [Fork]'s model of that name."""
+    path = Path(path)
+    if path.is_dir():
+        n = checkpoint_params(path)
+        if n:
+            return float(n)
+    if path.name in KNOWN_PARAMS:
+        return KNOWN_PARAMS[path.name]
+    raise ValueError(
+        f"cannot count the parameters of {path}: no local checkpoint there and not one of "
+        f"{', '.join(KNOWN_PARAMS)}; pass --params"
+    )
+
+
+def memory_plan(params: float, world_size: int, gpu_bytes: float, gpu_memory_utilization: float) -> dict:
+    """What one GPU of a ``world_size``-rank FSDP2 run holds: the trainer's sharded fp32 state (16·P/N) in the share
+    the colocated engine leaves, and the engine's bf16 weights (2·P, whole on every rank) in its own share. Lower
+    bounds: activations, the KV cache and one gathered layer come on top."""
+    trainer = TRAIN_BYTES_PER_PARAM * params / world_size
+    engine = ENGINE_BYTES_PER_PARAM * params
+    room, share = (1 - gpu_memory_utilization) * gpu_bytes, gpu_memory_utilization * gpu_bytes
+    return {
+        "gpus": world_size,
+        "trainer_bytes": trainer,
+        "trainer_room": room,
+        "engine_weight_bytes": engine,
+        "engine_share": share,
+        "fits": trainer <= room and engine <= share,
+    }
+
+
+def check_colocation(path, device: torch.device, gpu_memory_utilization: float, world_size: int = 1) -> None:
     """The trainer next to a vLLM engine on one GPU needs its fp32 weights, gradients and two AdamW moments (16 bytes
-    a parameter) in what the engine leaves: a share that leaves less is one error before any model loads."""
-    need = 16 * checkpoint_params(path)
+    a parameter; sharded over ``world_size`` ranks with FSDP2, 16·P/N a rank) in what the engine leaves: a share that
+    leaves less is one error before any model loads."""
     total = torch.cuda.get_device_properties(device).total_memory
-    room = (1 - gpu_memory_utilization) * total
+    plan = memory_plan(checkpoint_params(path), world_size, total, gpu_memory_utilization)
+    need, room = plan["trainer_bytes"], plan["trainer_room"]
     if need > room:
+        ranks = f" (sharded over {world_size} ranks)" if world_size > 1 else ""
         raise ValueError(
             f"vllm_gpu_memory_utilization={gpu_memory_utilization} leaves the trainer {room / 2**30:.1f} GiB of "
             f"{total / 2**30:.1f} GiB, but its fp32 weights, gradients and AdamW state need about "
-            f"{need / 2**30:.1f} GiB; "
-            "lower vllm_gpu_memory_utilization"
+            f"{need / 2**30:.1f} GiB a GPU{ranks}; "
+            "lower vllm_gpu_memory_utilization or launch more ranks (torchrun --nproc_per_node)"
         )

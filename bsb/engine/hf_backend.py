@@ -1,6 +1,7 @@
 """White-box backend: a Hugging Face causal LM (CPU or GPU) for rollouts and belief reads.
 
-* :meth:`HFBackend.generate`: batched, seeded sampling (temperature, top-p, max new tokens) from token ids.
+* :meth:`HFBackend.generate`: batched sampling (temperature, top-p, max new tokens) from token ids, one seeded
+  random stream per request (:class:`RequestSampler`).
 * :meth:`HFBackend.reads`: the packed prefix-shared forward (:mod:`bsb.engine.packed`); :meth:`probe_logits`
   returns the Probe-JS read logits on the model's device (the fused kernel reads them there);
   :meth:`lens_profiles` the Lens-Shift depth profiles (Eq. 3) through ``bsb.kernels.lens_logprobs``.
@@ -13,11 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from collections.abc import Sequence
 
 import torch
 
 from bsb import kernels
-from bsb.engine.backend import Capabilities, TokenStats, check_generation_args
+from bsb.engine.backend import Capabilities, TokenStats, check_generation_args, request_seeds
 from bsb.engine.device import autocast
 from bsb.engine.hf_model import check_supported, lens_parts
 from bsb.engine.packed import Reads, naive_reads, packed_reads
@@ -180,24 +182,28 @@ class HFBackend:
         max_new_tokens: int,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        seed: int = 0,
+        seed: int | Sequence[int] = 0,
         eos_token_id: int | None = None,
     ) -> list[list[int]]:
-        """Sample one continuation per prompt (left-padded batch); returns the new token ids, EOS included."""
+        """Sample one continuation per prompt (left-padded batch); returns the new token ids, EOS included.
+        Request ``i`` samples from its own generator seeded ``seed + i`` (or ``seed[i]``), by the Gumbel-max trick
+        (:class:`RequestSampler`): what it draws does not depend on which other requests share the batch, so a
+        prompt's rollouts are the same whichever rank of a data-parallel run generates them."""
         check_generation_args(prompts, max_new_tokens, temperature, top_p)
         eos = eos_token_id if eos_token_id is not None else self.model.generation_config.eos_token_id
         ids, mask, pad = self._left_pad(prompts)
         width = ids.shape[1]
-        sample = temperature > 0
-        with self._seeded(seed), self._autocast():
+        sampler = [RequestSampler(request_seeds(seed, len(prompts)), temperature, top_p)] if temperature > 0 else []
+        with self._autocast():
             out = self.model.generate(
                 input_ids=ids,
                 attention_mask=mask,
                 max_new_tokens=max_new_tokens,
-                do_sample=sample,
-                temperature=temperature if sample else None,
-                top_p=top_p if sample else None,
-                top_k=0 if sample else None,
+                do_sample=False,  # the argmax of the perturbed scores: a sample (RequestSampler), or greedy
+                logits_processor=sampler,
+                temperature=None,
+                top_p=None,
+                top_k=None,
                 eos_token_id=eos,
                 pad_token_id=pad,
             )
@@ -207,3 +213,24 @@ class HFBackend:
                 row = row[: row.index(eos) + 1]
             results.append(row)
         return results
+
+
+class RequestSampler:
+    """A logits processor that turns greedy decoding into sampling with one random stream per request: the scores
+    are tempered and nucleus-filtered (transformers' own warpers), then each row adds Gumbel noise from its own
+    generator, so the argmax is a draw from ``softmax(scores / T)`` restricted to the nucleus. Row ``i`` draws once
+    per decoding step from ``seeds[i]``'s stream, whatever else is in the batch."""
+
+    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float):
+        from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+        self.generators = [torch.Generator().manual_seed(int(s) % 2**63) for s in seeds]
+        self.warpers = [TemperatureLogitsWarper(temperature)] + ([TopPLogitsWarper(top_p)] if top_p < 1 else [])
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        scores = scores.float()
+        for warp in self.warpers:
+            scores = warp(input_ids, scores)
+        u = torch.stack([torch.rand(scores.shape[-1], generator=g, dtype=torch.float64) for g in self.generators])
+        gumbel = -torch.log(-torch.log(u.clamp_min(1e-300)))
+        return scores + gumbel.to(scores.device, torch.float32)

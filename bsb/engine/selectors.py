@@ -233,14 +233,24 @@ class Selector:
         return out
 
     def select(
-        self, chains: Sequence[ChainInput], newline_mask: torch.Tensor, backend=None, seed: int | None = None
+        self,
+        chains: Sequence[ChainInput],
+        newline_mask: torch.Tensor,
+        backend=None,
+        seed: int | None = None,
+        indices: Sequence[int] | None = None,
     ) -> Selection:
         """Fork choices for ``chains``. ``backend``: the reads' backend (default: the one bound); ``seed``: this call's
-        seed (a trainer passes a fresh one per step and round; default ``config.seed``)."""
+        seed (a trainer passes a fresh one per step and round; default ``config.seed``); ``indices``: each chain's
+        index for its seed (``seed + index``; default its position in ``chains``), so a chain draws the same reads
+        in whatever call it comes."""
         backend = self._reader(backend)
         seed = self.config.seed if seed is None else seed
+        indices = list(range(len(chains))) if indices is None else list(indices)
+        if len(indices) != len(chains):
+            raise ValueError(f"{len(indices)} indices for {len(chains)} chains")
         choices: list[ForkChoice | None] = [None] * len(chains)
-        items = []
+        items, where = [], []
         for i, chain in enumerate(chains):
             pool = self.pool(chain, newline_mask)
             if not pool.forkable:
@@ -248,8 +258,9 @@ class Selector:
             elif len(pool.positions) == 1:  # nothing to rank: every selector forks there
                 choices[i] = ForkChoice(pool.positions[0], pool, [math.nan], fallback=f"one candidate ({pool.kind})")
             else:
-                items.append((i, chain, pool))
-        for (i, _, pool), result in zip(items, self.score_many(items, backend, seed)):
+                items.append((indices[i], chain, pool))
+                where.append(i)
+        for i, (_, _, pool), result in zip(where, items, self.score_many(items, backend, seed)):
             if not isinstance(result, CannotScore):
                 scores, spent = result
                 valid = [j for j, v in enumerate(scores) if not math.isnan(v)]
@@ -281,7 +292,7 @@ class Midpoint(Selector):
         """Closeness to the chain midpoint (what :meth:`select` forks by)."""
         return [-abs(t - pool.chain_len / 2) for t in pool.positions], 0
 
-    def select(self, chains, newline_mask, backend=None, seed=None) -> Selection:
+    def select(self, chains, newline_mask, backend=None, seed=None, indices=None) -> Selection:
         out = Selection(self.name)
         for chain in chains:
             pool = self.pool(chain, newline_mask)

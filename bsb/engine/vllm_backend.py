@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
-from bsb.engine.backend import Capabilities, TokenStats, check_generation_args
+from bsb.engine.backend import Capabilities, TokenStats, check_generation_args, request_seeds
 
 
 def vllm_available() -> bool:
@@ -122,14 +122,18 @@ class VLLMBackend:
             **llm_kwargs,
         )
 
-    def load_weights(self, state_dict: dict) -> None:
-        """Load new policy weights into the running engine (no restart) and drop the prefix cache, whose KV
-        blocks were computed by the old weights. Needs the in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)
-        or a worker that accepts the RPC."""
-        self.llm.collective_rpc(
-            "reload_weights", kwargs=dict(weights_iterator=[(k, v.detach()) for k, v in state_dict.items()])
-        )
+    def load_weights(self, weights) -> None:
+        """Load new policy weights (a state dict, or an iterable of ``(name, tensor)`` pairs consumed one at a time)
+        into the running engine (no restart) and drop the prefix cache, whose KV blocks were computed by the old
+        weights. Needs the in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) or a worker that accepts the RPC."""
+        pairs = weights.items() if hasattr(weights, "items") else weights
+        self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=((k, v.detach()) for k, v in pairs)))
         self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Shut the engine down now (it also tears down the torch.distributed state it joined), rather than at
+        interpreter exit, after a trainer's process group is gone."""
+        self.llm.llm_engine.engine_core.shutdown()
 
     def sleep(self) -> None:
         """Free the engine's GPU memory (weights offloaded, KV cache dropped) while the trainer updates; no-op on
@@ -177,19 +181,18 @@ class VLLMBackend:
         max_new_tokens: int,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        seed: int = 0,
+        seed: int | Sequence[int] = 0,
         eos_token_id: int | None = None,
     ) -> list[list[int]]:
-        """Sample one continuation per prompt; returns the new token ids (EOS included when generated)."""
+        """Sample one continuation per prompt (request ``i`` seeded ``seed + i``, or ``seed[i]``); returns the new token
+        ids (EOS included when generated)."""
         from vllm import SamplingParams
 
         check_generation_args(prompts, max_new_tokens, temperature, top_p)
         stop = [eos_token_id] if eos_token_id is not None else None
         params = [
-            SamplingParams(
-                max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed + i, stop_token_ids=stop
-            )
-            for i in range(len(prompts))
+            SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=s, stop_token_ids=stop)
+            for s in request_seeds(seed, len(prompts))
         ]
         return [list(o.outputs[0].token_ids) for o in self._run(prompts, params)]
 

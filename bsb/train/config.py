@@ -148,6 +148,15 @@ class TrainConfig(ProbeConfig):
     vllm_sleep: bool = _f(
         True, "put the vLLM engine to sleep (weights offloaded, KV cache freed) during the update, on CUDA"
     )
+    gradient_checkpointing: bool = _f(
+        False, "recompute each decoder layer's activations in the backward (less memory, about a third more compute)"
+    )
+    fsdp_cpu_offload: bool = _f(
+        False, "under torchrun: keep the FSDP2 parameter shards and their AdamW state in host memory"
+    )
+    dist_timeout_s: int = _f(
+        600, "under torchrun: a collective that waits longer than this ends every rank (a hung or lost rank)"
+    )
     seed: int = _f(0, "the run's seed; every sampling stream derives from (seed, step, round, phase)")
     out_dir: str = _f("runs/bsb", "metrics.jsonl, config.yaml, checkpoints and the final model go here")
     val_every: int = _f(10, "validate every N steps (and at the start and the end); 0: only start and end")
@@ -243,6 +252,7 @@ class TrainConfig(ProbeConfig):
                 "val_temperature must be >= 0, val_top_p in (0, 1], val_samples >= 1",
             ),
             ("{prompt}" in self.prompt_template, "prompt_template must contain {prompt}"),
+            (self.dist_timeout_s >= 1, f"dist_timeout_s must be >= 1, got {self.dist_timeout_s}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -310,7 +320,18 @@ class TrainConfig(ProbeConfig):
 
 # Fields a resume may change without a word: how long, how often and how visibly the same run goes on, and where its
 # folder now lives.
-RESUME_SAFE = ("steps", "progress", "val_every", "save_every", "resume_changes", "out_dir")
+RESUME_SAFE = (
+    "steps",
+    "progress",
+    "val_every",
+    "save_every",
+    "resume_changes",
+    "out_dir",
+    # how the same numbers are computed: memory for compute, where shards live, how long a collective may wait
+    "gradient_checkpointing",
+    "fsdp_cpu_offload",
+    "dist_timeout_s",
+)
 
 
 def resume_changes(stored: dict, cfg: TrainConfig) -> dict[str, tuple]:

@@ -60,18 +60,22 @@ def response_logprobs(
         return response_logprobs_full(model, prompts, responses, pad_id)
     ids, attn, mask = pad_batch(prompts, responses, pad_id)
     device = next(model.parameters()).device
-    hidden = model.model(
-        input_ids=ids.to(device), attention_mask=attn.to(device)
-    ).last_hidden_state  # (B, W, d), final norm applied
     rows = torch.cat([torch.full((len(r),), i) for i, r in enumerate(responses)])  # (N,)
     within = torch.cat([torch.arange(len(r)) for r in responses])  # (N,) response position
     starts = torch.tensor([len(p) for p in prompts])[rows]
-    lp = linear_token_logprobs(
-        hidden[rows.to(device), (starts - 1 + within).to(device)], head.weight, ids[rows, starts + within].to(device)
-    )
+    forward = getattr(model, "bsb_token_logprobs", None)  # a sharded policy's registered FSDP forward method
+    args = [t.to(device) for t in (ids, attn, rows, starts - 1 + within, ids[rows, starts + within])]
+    lp = forward(*args) if forward is not None else hidden_token_logprobs(model, *args)
     out = torch.zeros(mask.shape, dtype=torch.float32, device=device)
     out = out.index_put((rows.to(device), within.to(device)), lp)  # (B, R)
     return out, mask.to(device)
+
+
+def hidden_token_logprobs(model, ids, attn, rows, positions, targets) -> torch.Tensor:
+    """log π of ``targets`` (N,) read at ``(rows, positions)`` of the batch ``ids`` (B, W): the final hidden states
+    there through the chunked linear + logsumexp of the LM head (no (B, W, V) logits)."""
+    hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state  # (B, W, d), final norm applied
+    return linear_token_logprobs(hidden[rows, positions], model.get_output_embeddings().weight, targets)
 
 
 def response_logprobs_full(

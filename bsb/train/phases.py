@@ -29,6 +29,7 @@ from bsb.engine.selectors import Selector
 from bsb.tasks.base import Problem, Task
 from bsb.train.advantages import advantages
 from bsb.train.config import TrainConfig
+from bsb.train.distributed import SOLO, World
 from bsb.train.loss import LOSSES, response_logprobs, zero_grad_step
 from bsb.train.rewards import RewardConfig, leaf_reward
 from bsb.train.rollout import RolloutTimes, TreeConfig, flat_rollout, tree_rollout
@@ -97,7 +98,10 @@ def generate_trees(
     cfg: TrainConfig,
     ctx: RolloutContext,
     seed: int,
+    first: int = 0,
 ) -> Generated:
+    """The trees of ``problems`` (the round's prompts from global index ``first`` on: each prompt's seeds derive from
+    that index, so a data-parallel rank's share grows the trees one process would)."""
     ids, golds = [p.id for p in problems], [p.answer for p in problems]
     if kind == "tree":
         tcfg = TreeConfig(cfg.chains, cfg.siblings, cfg.max_response_len, cfg.temperature, cfg.top_p, cfg.max_refills)
@@ -113,6 +117,7 @@ def generate_trees(
             ctx.eos,
             seed,
             ctx.answer_tokens,
+            first,
         )
         return Generated(trees, times, Counter(), kind)
     if kind == "two_stage":
@@ -120,7 +125,7 @@ def generate_trees(
             cfg.chains, cfg.siblings, cfg.two_stage_t_min, cfg.two_stage_t_max, cfg.max_response_len, cfg.early_eos
         )
         trees, times, census = two_stage_trees(
-            prompts, ids, golds, ctx.backend, scfg, ctx.newline, ctx.eos, seed, cfg.temperature, cfg.top_p
+            prompts, ids, golds, ctx.backend, scfg, ctx.newline, ctx.eos, seed, cfg.temperature, cfg.top_p, first
         )
         return Generated(trees, times, Counter(census), kind)
     trees, times = flat_rollout(
@@ -134,6 +139,7 @@ def generate_trees(
         seed,
         cfg.temperature,
         cfg.top_p,
+        first,
     )
     census = Counter({"flat_warmup_pairs": cfg.chains * len(prompts)}) if kind == "flat_warmup" else Counter()
     return Generated(trees, times, census, kind)
@@ -197,12 +203,15 @@ def advantage_rows(kept: Sequence[PromptTree], cfg: TrainConfig, newline: torch.
 # ---------------------------------------------------------------------------------------------- 6. update
 
 
-def unit_normalized_mean(grads: Sequence[Sequence[torch.Tensor]], window: int) -> list[torch.Tensor]:
+def unit_normalized_mean(
+    grads: Sequence[Sequence[torch.Tensor]], window: int, world: World = SOLO
+) -> list[torch.Tensor]:
     """[TwoStage] Arm 11's accumulation: ``(1/window) Σ_q g_q / ||g_q||`` over the questions of one optimizer step (each
-    question's whole gradient scaled to unit L2 norm; a zero gradient adds nothing but counts in the window)."""
+    question's whole gradient scaled to unit L2 norm; a zero gradient adds nothing but counts in the window). Sharded
+    gradients (FSDP2 DTensors) take the norm over every rank's shard."""
     out = [torch.zeros_like(g) for g in grads[0]]
     for g in grads:
-        norm = torch.sqrt(sum((x.double() ** 2).sum() for x in g)).item()
+        norm = math.sqrt(world.sum(sum((_local(x).double() ** 2).sum().item() for x in g)))
         if norm > 0:
             for acc, x in zip(out, g):
                 acc.add_(x / norm)
@@ -218,19 +227,31 @@ def update_policy(
     pad: int,
     seed: int,
     compute_dtype: torch.dtype = torch.float32,
+    world: World = SOLO,
 ) -> dict:
     """The optimizer steps over ``rows``; the policy is in train mode throughout and in eval mode afterwards.
-    Forwards run under autocast in ``compute_dtype`` (fp32 master weights and optimizer state)."""
+    Forwards run under autocast in ``compute_dtype`` (fp32 master weights and optimizer state).
+
+    Data parallel (``world``): every rank holds the same ``rows`` (the step's gathered trees) and the same schedule of
+    mini-batches; each back-propagates its share of a mini-batch's rows (:func:`_share`) with the mini-batch's global
+    token and sequence counts as the loss normalisers, and FSDP2 reduces the gradients, so N ranks take the step one
+    process would on the same rows. A rank with fewer rows runs empty micro-batches (:func:`_backward`): FSDP's
+    forwards are collectives, every rank issues the same number."""
     if not rows:
         return {"loss": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "optimizer": "no rows", "lr": sched.get_last_lr()[0]}
     policy.train()
     try:
         with autocast(next(policy.parameters()).device, compute_dtype):
             if cfg.unit_question_grad:
-                return _unit_question_update(policy, opt, sched, rows, cfg, pad)
-            return _minibatch_update(policy, opt, sched, rows, cfg, pad, seed)
+                return _unit_question_update(policy, opt, sched, rows, cfg, pad, world)
+            return _minibatch_update(policy, opt, sched, rows, cfg, pad, seed, world)
     finally:
         policy.eval()
+
+
+def _share(todo: list[int], world: World) -> tuple[list[int], int]:
+    """This rank's rows of ``todo`` (every ``size``-th, from its rank on) and the most any rank has."""
+    return todo[world.rank :: world.size], -(-len(todo) // world.size)
 
 
 def _backward(
@@ -242,11 +263,19 @@ def _backward(
     n_tokens: int,
     n_seqs: int,
     old: dict[int, torch.Tensor],
-) -> tuple[float, list[float]]:
-    """Loss backward over rows ``todo`` in micro-batches; returns the summed loss and the clip fractions."""
-    total, clips = 0.0, []
-    for i0 in range(0, len(todo), cfg.micro_batch):
-        chunk = todo[i0 : i0 + cfg.micro_batch]
+    world: World = SOLO,
+) -> tuple[float, tuple[float, float]]:
+    """Loss backward over this rank's share of rows ``todo`` in micro-batches; returns the loss summed over every
+    rank and (clipped tokens, tokens) summed over every rank. The loss is scaled by the world size: FSDP2 averages
+    gradients over ranks, the normalisers are already global."""
+    mine, most = _share(todo, world)
+    total, clipped, tokens = 0.0, 0.0, 0.0
+    for i0 in range(0, most, cfg.micro_batch):
+        chunk = mine[i0 : i0 + cfg.micro_batch]
+        if not chunk:  # an empty micro-batch: the same collectives as the others, no gradient
+            logp, _ = response_logprobs(policy, [[pad]], [[pad]], pad)
+            (logp.sum() * 0.0).backward()
+            continue
         logp, mask = response_logprobs(
             policy, [rows[i].prompt for i in chunk], [rows[i].response for i in chunk], pad
         )  # (B, R)
@@ -269,14 +298,38 @@ def _backward(
             clip_high=cfg.clip_high,
             agg=cfg.loss_agg,
         )
-        loss.backward()
+        (loss * world.size if world.launched else loss).backward()
         total += loss.item()
-        clips.append(info["clip_frac"])
-    return total, clips
+        n = float(mask.sum().item())
+        clipped, tokens = clipped + info["clip_frac"] * n, tokens + n
+    return world.sum(total), (world.sum(clipped), world.sum(tokens))
+
+
+def _old_logprobs(policy, rows: list[Row], plan: list[list[int]], cfg: TrainConfig, pad: int, world: World) -> dict:
+    """The rollout policy's log-probs of the rows this rank back-propagates in ``plan`` (its share of each
+    mini-batch), before the first step moves it; every rank runs as many forwards as the busiest."""
+    shares = [[i for todo in plan for i in todo[r :: world.size]] for r in range(world.size)]
+    mine, most = shares[world.rank], max(map(len, shares))
+    old: dict[int, torch.Tensor] = {}
+    with torch.no_grad():
+        for i0 in range(0, most, cfg.micro_batch):
+            chunk = mine[i0 : i0 + cfg.micro_batch]
+            if not chunk:
+                response_logprobs(policy, [[pad]], [[pad]], pad)
+                continue
+            lp, _ = response_logprobs(policy, [rows[i].prompt for i in chunk], [rows[i].response for i in chunk], pad)
+            for j, i in enumerate(chunk):
+                old[i] = lp[j, : len(rows[i].response)]
+    return old
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def _step(policy, opt, sched, cfg: TrainConfig) -> float:
-    norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip).item()
+    norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
+    norm = (norm.full_tensor() if hasattr(norm, "full_tensor") else norm).item()  # sharded: the global norm
     opt.step()
     sched.step()
     return norm
@@ -290,48 +343,48 @@ def _homogeneous(opt, sched, cfg: TrainConfig) -> str:
 
 
 def _update_summary(losses, norms, clips, kinds, sched) -> dict:
-    """One step's update metrics: mean loss, gradient norm and clip fraction, the optimizer's moves, the lr."""
+    """One step's update metrics: mean loss and gradient norm, the clip fraction (clipped tokens over the step's
+    back-propagated tokens), the optimizer's moves, the lr."""
+    clipped, tokens = map(sum, zip(*clips)) if clips else (0.0, 0.0)
     return {
         "loss": _mean(losses),
         "grad_norm": _mean(norms),
-        "clip_frac": _mean(clips),
+        "clip_frac": clipped / tokens if tokens else math.nan,
         "optimizer": ",".join(kinds),
         "lr": sched.get_last_lr()[0],
     }
 
 
-def _minibatch_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: int, seed: int) -> dict:
+def _minibatch_update(
+    policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: int, seed: int, world: World = SOLO
+) -> dict:
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
     minis = [order[i :: cfg.minibatches] for i in range(cfg.minibatches)]
-    old: dict[int, torch.Tensor] = {}
-    # the rollout policy's log-probs, before the first step moves it
-    if getattr(LOSSES.get(cfg.loss), "needs_old_logp", False) and cfg.minibatches > 1:
-        with torch.no_grad():
-            for i0 in range(0, len(order), cfg.micro_batch):
-                chunk = order[i0 : i0 + cfg.micro_batch]
-                lp, _ = response_logprobs(
-                    policy, [rows[i].prompt for i in chunk], [rows[i].response for i in chunk], pad
-                )
-                for j, i in enumerate(chunk):
-                    old[i] = lp[j, : len(rows[i].response)]
-    losses, norms, clips, kinds = [], [], [], []
+    # each mini-batch's rows to back-propagate (None: no active row, the homogeneous rule instead)
+    plan = []
     for mb in (m for m in minis if m):
         active = [i for i in mb if rows[i].active]
-        if not active and cfg.homogeneous != "backward":
+        plan.append((mb, mb if cfg.homogeneous == "backward" else (active or None)))
+    old: dict[int, torch.Tensor] = {}
+    if getattr(LOSSES.get(cfg.loss), "needs_old_logp", False) and cfg.minibatches > 1:
+        old = _old_logprobs(policy, rows, [todo for _, todo in plan if todo], cfg, pad, world)
+    losses, norms, clips, kinds = [], [], [], []
+    for mb, todo in plan:
+        if todo is None:
             kinds.append(_homogeneous(opt, sched, cfg))
             continue
-        todo = mb if cfg.homogeneous == "backward" else active
         opt.zero_grad(set_to_none=True)
-        total, c = _backward(policy, rows, todo, cfg, pad, max(1, sum(len(rows[i].response) for i in mb)), len(mb), old)
-        clips += c
+        n_tokens = max(1, sum(len(rows[i].response) for i in mb))
+        total, c = _backward(policy, rows, todo, cfg, pad, n_tokens, len(mb), old, world)
+        clips.append(c)
         norms.append(_step(policy, opt, sched, cfg))
         losses.append(total)
         kinds.append("step")
     return _update_summary(losses, norms, clips, kinds, sched)
 
 
-def _unit_question_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: int) -> dict:
+def _unit_question_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: int, world: World = SOLO) -> dict:
     """[TwoStage] Arm 11: one optimizer step per ``grad_accum_questions`` questions, each question's gradient scaled to
     unit norm (:func:`unit_normalized_mean`)."""
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -346,16 +399,15 @@ def _unit_question_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig,
             if not todo:
                 continue
             opt.zero_grad(set_to_none=True)
-            loss, c = _backward(
-                policy, rows, todo, cfg, pad, max(1, sum(len(rows[i].response) for i in mine)), len(mine), {}
-            )
+            n_tokens = max(1, sum(len(rows[i].response) for i in mine))
+            loss, c = _backward(policy, rows, todo, cfg, pad, n_tokens, len(mine), {}, world)
             total += loss
-            clips += c
+            clips.append(c)
             grads.append([p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params])
         if not grads:
             kinds.append(_homogeneous(opt, sched, cfg))
             continue
-        for p, g in zip(params, unit_normalized_mean(grads, len(window))):
+        for p, g in zip(params, unit_normalized_mean(grads, len(window), world)):
             p.grad = g
         norms.append(_step(policy, opt, sched, cfg))
         losses.append(total)

@@ -62,14 +62,16 @@ def tree_rollout(
     eos_id: int,
     seed: int,
     answer_tokens: Callable[[list[int]], list[int] | None] | None = None,
+    first: int = 0,
 ) -> tuple[list[PromptTree], RolloutTimes]:
     """Trees for ``prompts`` (token ids). ``answer_tokens(response)`` gives a chain's committed answer tokens for
     Lens-Shift (None when it has none). ``seed``: the round's stream; roots, refills, probes and siblings each
-    derive their own from it."""
+    derive their own from it, and every request and read is seeded by its chain's global slot (``first``: the
+    global index of ``prompts[0]`` in the round), so a prompt's tree does not depend on which rank generates it."""
     times = RolloutTimes()
     gen_kw = dict(temperature=cfg.temperature, top_p=cfg.top_p, eos_token_id=eos_id)
 
-    def generate(reqs: list[list[int]], max_new: int, s: int) -> list[list[int]]:
+    def generate(reqs: list[list[int]], max_new: int, s) -> list[list[int]]:
         start = time.perf_counter()
         out = backend.generate(reqs, max_new_tokens=max_new, seed=s, **gen_kw)
         times.generate_s += time.perf_counter() - start
@@ -78,13 +80,15 @@ def tree_rollout(
 
     trees = [PromptTree(i, g) for i, g in zip(ids, golds)]
     slots = [(p, m) for p in range(len(prompts)) for m in range(cfg.chains)]  # (prompt, chain) of each root
-    responses = generate([list(prompts[p]) for p, _ in slots], cfg.max_response, seed)
+    base = first * cfg.chains  # the global slot of slots[0]
+    responses = generate([list(prompts[p]) for p, _ in slots], cfg.max_response, seed + base)
     forks: list[int | None] = [None] * len(slots)
     pending = list(range(len(slots)))
     for round_ in range(cfg.max_refills + 1):
         if round_ > 0:  # refill the chains that could not fork with fresh roots
+            refill = derive(seed, "refill", round_)
             fresh = generate(
-                [list(prompts[slots[s][0]]) for s in pending], cfg.max_response, derive(seed, "refill", round_)
+                [list(prompts[slots[s][0]]) for s in pending], cfg.max_response, [refill + base + s for s in pending]
             )
             for s, r in zip(pending, fresh):
                 responses[s] = r
@@ -96,7 +100,9 @@ def tree_rollout(
             for s in pending
         ]
         start = time.perf_counter()
-        sel = selector.select(chains, newline_mask, reads_backend, seed=derive(seed, "probe", round_))
+        sel = selector.select(
+            chains, newline_mask, reads_backend, seed=derive(seed, "probe", round_), indices=[base + s for s in pending]
+        )
         times.select_s += time.perf_counter() - start
         for s, choice in zip(pending, sel.choices):
             forks[s] = choice.fork
@@ -112,7 +118,7 @@ def tree_rollout(
         for _ in range(cfg.siblings)
     ]
     budget = [cfg.max_response - cuts[s] for s in range(len(slots)) for _ in range(cfg.siblings)]
-    conts = generate(reqs, max(budget), derive(seed, "siblings"))
+    conts = generate(reqs, max(budget), derive(seed, "siblings") + base * cfg.siblings)
     for s, (p, m) in enumerate(slots):
         tree, t = trees[p], cuts[s]
         tree.fork_positions.append(forks[s])
@@ -136,8 +142,10 @@ def flat_rollout(
     seed: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    first: int = 0,
 ) -> tuple[list[PromptTree], RolloutTimes]:
-    """G independent chains per prompt (the GRPO baseline): each leaf is its own group with no shared prefix."""
+    """G independent chains per prompt (the GRPO baseline): each leaf is its own group with no shared prefix. Chain
+    ``j`` of prompt ``p`` is seeded by its global slot (``first``: the global index of ``prompts[0]``)."""
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     times = RolloutTimes()
@@ -145,7 +153,7 @@ def flat_rollout(
     out = backend.generate(
         [list(p) for p in prompts for _ in range(group_size)],
         max_new_tokens=max_response,
-        seed=seed,
+        seed=seed + first * group_size,
         temperature=temperature,
         top_p=top_p,
         eos_token_id=eos_id,

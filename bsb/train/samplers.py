@@ -135,14 +135,23 @@ def two_stage_trees(
     seed: int,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    first: int = 0,
 ) -> tuple[list[PromptTree], RolloutTimes, dict]:
-    """:func:`two_stage_rollout` for every prompt of a round (prompt j seeded by its own stream): the trees, the
-    timings and the summed pair census. Each tree's ``fork_positions`` are its groups' stopping times τ."""
+    """:func:`two_stage_rollout` for every prompt of a round (prompt j seeded by its own stream, from its global
+    index ``first + j``): the trees, the timings and the summed pair census. Each tree's ``fork_positions`` are its
+    groups' stopping times τ."""
     trees, times, census = [], RolloutTimes(), {}
     start = time.perf_counter()
     for j, (i, p, g) in enumerate(zip(ids, prompts, golds)):
         leaves, c = two_stage_rollout(
-            backend.generate, list(p), cfg, newline_mask, eos_id, temperature, top_p, derive(seed, "two_stage", j)
+            backend.generate,
+            list(p),
+            cfg,
+            newline_mask,
+            eos_id,
+            temperature,
+            top_p,
+            derive(seed, "two_stage", first + j),
         )
         tree = PromptTree(i, g, leaves)
         tree.fork_positions = [tree.leaves[idx[0]].prefix_len for idx in tree.groups().values()]

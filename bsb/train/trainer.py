@@ -45,8 +45,19 @@ from bsb.tasks.prompting import render_prompt
 from bsb.tasks.registry import make_task
 from bsb.train import phases
 from bsb.train.config import TrainConfig, resume_changes
+from bsb.train.distributed import close_world, init_world
 from bsb.train.rewards import RewardConfig
 from bsb.train.seeds import VAL_SEED, stream
+from bsb.train.sharding import (
+    DCP_DIR,
+    engine_weights,
+    full_params,
+    full_state_dict,
+    load_full_optimizer,
+    load_sharded,
+    save_sharded,
+    shard_policy,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,23 +76,36 @@ class Trainer:
         self.val_problems = self.task.held_out(cfg.val_problems)
         self.held_out = {p.prompt for p in self.val_problems}
         self.device = resolve_device(cfg.device)  # CUDA asked for where there is none: an error before any model loads
+        # under torchrun: the launch checked (an error on every rank), this rank's GPU, the process group
+        self.world, self.device = init_world(cfg, self.device)
         self.dtype = resolve_dtype(cfg.dtype, self.device)
         self.out = Path(cfg.out_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
         self.ckpt = self.out / "checkpoint"
-        recover_checkpoint(self.out)  # a crash inside save() must not turn into a silent restart at step 0
+        if self.world.main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            recover_checkpoint(self.out)  # a crash inside save() must not turn into a silent restart at step 0
+        self.world.barrier()
         resuming = resume and (self.ckpt / "state.json").exists()
         self.state = self._read_state() if resuming else None  # checked once, before any model loads
         self.resumed_changes = self._check_resume() if resuming else {}
+        self.sharded_ckpt = resuming and (self.ckpt / DCP_DIR).exists()
+        if not self.world.main:
+            self.world.barrier()  # rank 0 builds (or finds) the embedded model first: one writer of the cache
         self.model_path = resolve_model(cfg.model, self.task)
+        if self.world.main:
+            self.world.barrier()
         if self.device.type == "cuda" and cfg.backend != "hf":
-            check_colocation(self.model_path, self.device, cfg.vllm_gpu_memory_utilization)
-        load_from = self.ckpt / "model" if resuming else self.model_path
+            check_colocation(self.model_path, self.device, cfg.vllm_gpu_memory_utilization, self.world.size)
+        load_from = self.ckpt / "model" if resuming and not self.sharded_ckpt else self.model_path
         self.tok = transformers.AutoTokenizer.from_pretrained(self.model_path)
         self._render(self.val_problems[0])  # a prompt format the tokenizer cannot render fails before the model loads
         torch.manual_seed(cfg.seed)
         # fp32 master weights on the device; forwards run under autocast in self.dtype (bsb.engine.device)
         self.policy = transformers.AutoModelForCausalLM.from_pretrained(load_from, dtype=torch.float32).to(self.device)
+        if self.world.launched:  # FSDP2: per decoder layer and at the root, fp32 shards, mixed precision on CUDA
+            shard_policy(self.policy, self.device, self.dtype, cfg.fsdp_cpu_offload, cfg.gradient_checkpointing)
+        elif cfg.gradient_checkpointing:
+            self.policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         compute = None if self.dtype == torch.float32 else self.dtype
         self.hf = HFBackend(
             self.policy, self.tok, compute_dtype=compute
@@ -102,12 +126,15 @@ class Trainer:
         if resuming:
             self._load()
             self._apply_optimizer_changes()
+        self.owns_backend = rollout_backend is None
         self.backend = rollout_backend if rollout_backend is not None else self._make_backend(load_from)
         self.syncs = capabilities(self.backend).weight_sync
-        if self.syncs and rollout_backend is not None:
+        if self.syncs and (rollout_backend is not None or self.sharded_ckpt):
             self.backend.load_weights(self._engine_weights())  # a shared engine may hold other weights
         # white-box reads (Lens-Shift) go to the HF copy of the policy when the rollout engine cannot serve them
         reads = self.backend if self.selector.can_read(self.backend) else self.hf
+        # sharded: forwards of the policy itself (HF rollouts, white-box reads) run on its gathered weights
+        self.gathers = self.world.launched and (self.backend is self.hf or reads is self.hf)
         self.selector.bind(reads)
         answers = answer_tokens(self.task, self.tok) if self.selector.needs_answer else None
         self.ctx = phases.RolloutContext(self.backend, reads, self.selector, self.newline, self.eos, answers)
@@ -142,9 +169,16 @@ class Trainer:
     def _render(self, problem: Problem) -> str:
         return render_prompt(self.task, problem, self.tok, self.cfg.prompt_format, self.cfg.prompt_template)
 
-    def _engine_weights(self) -> dict:
-        """The policy's weights in the engine's dtype (a bf16 engine gets half the bytes, and no per-tensor casts)."""
+    def _engine_weights(self):
+        """The policy's weights in the engine's dtype (a bf16 engine gets half the bytes, and no per-tensor casts);
+        sharded, gathered one tensor at a time as the engine loads them."""
+        if self.world.launched:
+            return engine_weights(self.policy, self.dtype)
         return {k: v.detach().to(self.dtype) for k, v in self.policy.state_dict().items()}
+
+    def _rollout_weights(self):
+        """Gather the sharded policy for a phase of its own forwards (a no-op unsharded or with an engine)."""
+        return full_params(self.policy, self.gathers)
 
     def _encode(self, problem: Problem) -> list[int]:
         ids = self.tok.encode(self._render(problem), add_special_tokens=False)
@@ -165,25 +199,19 @@ class Trainer:
         kind = phases.rollout_kind(cfg, self.active_steps)
         generated, kept, reasons = [], [], Counter()
         total = phases.Generated([], kind=kind)
-        for round_ in range(cfg.max_gen_rounds):
-            problems = phases.draw(self.task, cfg, step, round_, self.held_out)
-            gen = phases.generate_trees(
-                problems,
-                [self._encode(p) for p in problems],
-                kind,
-                cfg,
-                self.ctx,
-                stream(cfg.seed, step, round_, "rollout"),
-            )
-            reasons += phases.score_trees(gen.trees, problems, self.task, self._decode, self.reward_cfg, self.eos)
-            total.times.generate_s += gen.times.generate_s
-            total.times.select_s += gen.times.select_s
-            total.times.tokens_generated += gen.times.tokens_generated
-            total.census += gen.census
-            generated += gen.trees
-            kept += phases.keep_groups(gen.trees, cfg)
-            if len(kept) >= cfg.prompts_per_step:
-                break
+        with self._rollout_weights():
+            for round_ in range(cfg.max_gen_rounds):
+                problems = phases.draw(self.task, cfg, step, round_, self.held_out)
+                gen, round_reasons = self._generate_round(problems, kind, stream(cfg.seed, step, round_, "rollout"))
+                reasons += round_reasons
+                total.times.generate_s += gen.times.generate_s
+                total.times.select_s += gen.times.select_s
+                total.times.tokens_generated += gen.times.tokens_generated
+                total.census += gen.census
+                generated += gen.trees
+                kept += phases.keep_groups(gen.trees, cfg)
+                if len(kept) >= cfg.prompts_per_step:  # the same on every rank: the trees are gathered
+                    break
         kept = (kept or generated)[: cfg.prompts_per_step]  # nothing informative: a homogeneous step
         t_rollout = time.perf_counter() - t0
 
@@ -192,7 +220,15 @@ class Trainer:
         if self.syncs:
             self.backend.sleep()  # a GPU engine frees its memory for the update (no-op on the CPU)
         update = phases.update_policy(
-            self.policy, self.opt, self.sched, rows, cfg, self.pad, stream(cfg.seed, step, 0, "shuffle"), self.dtype
+            self.policy,
+            self.opt,
+            self.sched,
+            rows,
+            cfg,
+            self.pad,
+            stream(cfg.seed, step, 0, "shuffle"),
+            self.dtype,
+            self.world,
         )
         self.active_steps += any(r.active for r in rows)
         t_update = time.perf_counter() - t1
@@ -212,6 +248,25 @@ class Trainer:
         m["active_steps"] = self.active_steps
         return m
 
+    def _generate_round(self, problems: list[Problem], kind: str, seed: int) -> tuple[phases.Generated, Counter]:
+        """One round's trees, scored: this rank generates its contiguous share of ``problems`` (seeded by their
+        global indices), then every rank's trees are gathered in rank order, i.e. the round's order, so every rank
+        holds what one process would have generated."""
+        lo, hi = self.world.share(len(problems))
+        mine = problems[lo:hi]
+        gen = phases.generate_trees(mine, [self._encode(p) for p in mine], kind, self.cfg, self.ctx, seed, first=lo)
+        reasons = phases.score_trees(gen.trees, mine, self.task, self._decode, self.reward_cfg, self.eos)
+        if not self.world.launched:
+            return gen, reasons
+        parts = self.world.gather((gen.trees, gen.times, gen.census, reasons))
+        out = phases.Generated([t for trees, _, _, _ in parts for t in trees], kind=kind)
+        out.times.generate_s = max(times.generate_s for _, times, _, _ in parts)  # wall time: the slowest rank's
+        out.times.select_s = max(times.select_s for _, times, _, _ in parts)
+        out.times.tokens_generated = sum(times.tokens_generated for _, times, _, _ in parts)
+        for _, _, census, _ in parts:
+            out.census += census
+        return out, sum((why for _, _, _, why in parts), Counter())
+
     # ---------------------------------------------------------------- validation
     @torch.no_grad()
     def validate(self) -> dict:
@@ -220,41 +275,49 @@ class Trainer:
         draws for every run and step, so curves compare with less noise). ``val_correct`` lists each problem's
         correct draws, for paired statistics across runs."""
         cfg = self.cfg
-        prompts = [self._encode(p) for p in self.val_problems]
+        lo, hi = self.world.split(len(self.val_problems))  # data parallel: each rank decodes its share
+        mine = self.val_problems[lo:hi]
         n = 1 if cfg.val_temperature == 0 else cfg.val_samples
-        outs = self.backend.generate(
-            [p for p in prompts for _ in range(n)],
-            max_new_tokens=cfg.max_response_len,
-            temperature=cfg.val_temperature,
-            top_p=cfg.val_top_p if cfg.val_temperature else 1.0,
-            seed=VAL_SEED,
-            eos_token_id=self.eos,
-        )
-        texts = self.tok.batch_decode(outs, skip_special_tokens=True)
-        ok = [self.task.verify(texts[i * n + j], p).correct for i, p in enumerate(self.val_problems) for j in range(n)]
-        counts = [sum(ok[i * n : (i + 1) * n]) for i in range(len(self.val_problems))]
-        return {"val_accuracy": sum(ok) / len(ok), "val_correct": counts, "val_samples": n}
+        counts = []
+        if mine:
+            prompts = [self._encode(p) for p in mine]
+            with full_params(self.policy, self.world.launched and self.backend is self.hf):
+                outs = self.backend.generate(
+                    [p for p in prompts for _ in range(n)],
+                    max_new_tokens=cfg.max_response_len,
+                    temperature=cfg.val_temperature,
+                    top_p=cfg.val_top_p if cfg.val_temperature else 1.0,
+                    seed=VAL_SEED + lo * n,  # request i of the whole set draws from VAL_SEED + i on any rank
+                    eos_token_id=self.eos,
+                )
+            texts = self.tok.batch_decode(outs, skip_special_tokens=True)
+            ok = [self.task.verify(texts[i * n + j], p).correct for i, p in enumerate(mine) for j in range(n)]
+            counts = [sum(ok[i * n : (i + 1) * n]) for i in range(len(mine))]
+        counts = [c for part in self.world.gather(counts) for c in part]
+        return {"val_accuracy": sum(counts) / (n * len(counts)), "val_correct": counts, "val_samples": n}
 
     # ---------------------------------------------------------------- run, save, resume
     def run(self) -> list[dict]:
         from tqdm import tqdm
 
-        cfg = self.cfg
+        cfg, main = self.cfg, self.world.main  # rank 0 writes the files and draws the progress bar
         metrics_path = self.out / "metrics.jsonl"
         example = "".join(f"#   {line}\n" for line in self._render(self.val_problems[0]).splitlines())
-        (self.out / "config.yaml").write_text(
-            _yaml(cfg.to_dict()) + f"# prompt_format: {cfg.prompt_format}; the first held-out "
-            f"prompt as the model sees it:\n{example}"
-        )
+        if main:
+            (self.out / "config.yaml").write_text(
+                _yaml(cfg.to_dict()) + f"# prompt_format: {cfg.prompt_format}; the first held-out "
+                f"prompt as the model sees it:\n{example}"
+            )
         rows = []
         if self.step == 0:
-            metrics_path.write_text("")
             rows.append({"step": 0, **self.validate()})
-            _append(metrics_path, rows[-1])
+            if main:
+                metrics_path.write_text("")
+                _append(metrics_path, rows[-1])
         bar = tqdm(
             range(self.step, cfg.steps),
             desc=f"training ({cfg.rollout}, {cfg.selector})",
-            disable=not cfg.progress,
+            disable=not (cfg.progress and main),
             initial=self.step,
             total=cfg.steps,
         )
@@ -266,7 +329,8 @@ class Trainer:
             if (cfg.val_every and self.step % cfg.val_every == 0) or self.step == cfg.steps:
                 m.update(self.validate())
             rows.append(m)
-            _append(metrics_path, m)
+            if main:
+                _append(metrics_path, m)
             bar.set_postfix(
                 acc=f"{m['accuracy']:.2f}",
                 kept=m["groups_kept"],
@@ -274,36 +338,60 @@ class Trainer:
             )
             if (cfg.save_every and self.step % cfg.save_every == 0) or self.step == cfg.steps:
                 self.save()
-        self.policy.save_pretrained(self.out / "final")
-        self.tok.save_pretrained(self.out / "final")
+        self.export(self.out / "final")
         return rows
 
+    def close(self) -> None:
+        """Release the rollout engine this trainer built and leave the process group (under torchrun)."""
+        if self.backend is not self.hf and self.owns_backend and hasattr(self.backend, "close"):
+            self.backend.close()
+        close_world(self.world)
+
+    def export(self, path: Path) -> None:
+        """The policy in Hugging Face format (sharded: gathered to rank 0, which writes it)."""
+        if not self.world.launched:
+            self.policy.save_pretrained(path)
+            self.tok.save_pretrained(path)
+            return
+        weights = full_state_dict(self.policy)  # a collective: every rank takes part
+        if self.world.main:
+            self.policy.save_pretrained(path, state_dict=weights)
+            self.tok.save_pretrained(path)
+        self.world.barrier()
+
     def save(self) -> None:
-        """Atomic: written beside the old checkpoint, then swapped in by renames."""
+        """Atomic: written beside the old checkpoint, then swapped in by renames. Sharded (under torchrun), every rank
+        writes its shards of the model and optimizer into one DCP checkpoint and rank 0 the rest."""
         tmp, old = self.out / "checkpoint.tmp", self.out / "checkpoint.old"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        self.policy.save_pretrained(tmp / "model")
-        self.tok.save_pretrained(tmp / "model")
-        torch.save(
-            {
-                "optimizer": self.opt.state_dict(),
-                "scheduler": self.sched.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "python_rng": random.getstate(),
-            },
-            tmp / "trainer.pt",
-        )
-        # state.json last, and whole (renamed into place): a checkpoint.tmp holding it is complete
-        (tmp / "state.json.part").write_text(
-            json.dumps({"step": self.step, "active_steps": self.active_steps, "config": self.cfg.to_dict()}, indent=1)
-        )
-        os.replace(tmp / "state.json.part", tmp / "state.json")
-        if self.ckpt.exists():
+        main = self.world.main
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+        self.world.barrier()
+        blob = {
+            "scheduler": self.sched.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+        }
+        if self.world.launched:
+            save_sharded(self.policy, self.opt, tmp / DCP_DIR)
+        else:
+            self.policy.save_pretrained(tmp / "model")
+            self.tok.save_pretrained(tmp / "model")
+            blob["optimizer"] = self.opt.state_dict()
+        self.world.barrier()  # every shard written before rank 0 declares the checkpoint complete
+        if main:
+            torch.save(blob, tmp / "trainer.pt")
+            # state.json last, and whole (renamed into place): a checkpoint.tmp holding it is complete
+            state = {"step": self.step, "active_steps": self.active_steps, "config": self.cfg.to_dict()}
+            (tmp / "state.json.part").write_text(json.dumps({**state, "world_size": self.world.size}, indent=1))
+            os.replace(tmp / "state.json.part", tmp / "state.json")
+            if self.ckpt.exists():
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(self.ckpt, old)
+            os.replace(tmp, self.ckpt)
             shutil.rmtree(old, ignore_errors=True)
-            os.replace(self.ckpt, old)
-        os.replace(tmp, self.ckpt)
-        shutil.rmtree(old, ignore_errors=True)
+        self.world.barrier()
 
     def _read_state(self) -> dict:
         """The checkpoint's ``state.json``: a mapping with the run's config and step counts in range, or one error
@@ -356,12 +444,17 @@ class Trainer:
         blob = torch.load(
             self.ckpt / "trainer.pt", weights_only=True, map_location="cpu"
         )  # the optimizer moves its state to the params
-        self.opt.load_state_dict(blob["optimizer"])
+        if self.sharded_ckpt:  # DCP reshards to this world (any size, or one process)
+            load_sharded(self.policy, self.opt, self.ckpt / DCP_DIR)
+        elif self.world.launched:  # a one-process checkpoint resumed under torchrun: its full state, sharded here
+            load_full_optimizer(self.policy, self.opt, blob["optimizer"])
+        else:
+            self.opt.load_state_dict(blob["optimizer"])
         self.sched.load_state_dict(blob["scheduler"])
         torch.set_rng_state(blob["torch_rng"])
         random.setstate(blob["python_rng"])
         path = self.out / "metrics.jsonl"
-        if path.exists():  # drop rows written after the checkpoint (a crash between save points)
+        if path.exists() and self.world.main:  # drop rows written after the checkpoint (a crash between save points)
             kept = [line for line in _metric_rows(path) if json.loads(line)["step"] <= self.step]
             path.write_text("".join(line + "\n" for line in kept))
 

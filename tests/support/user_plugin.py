@@ -40,7 +40,7 @@ class UserLast(Selector):
         CALLS["score"] += 1
         return [float(j) for j in range(len(pool.positions))], 0
 
-    def select(self, chains, newline_mask, backend=None, seed=None) -> Selection:
+    def select(self, chains, newline_mask, backend=None, seed=None, indices=None) -> Selection:
         CALLS["select"] += 1
         out = super().select(chains, newline_mask, backend, seed)
         PICKS.extend((tuple(chain.response), tuple(c.pool.positions), c.fork) for chain, c in zip(chains, out.choices))

@@ -145,7 +145,7 @@ def test_yaml_numbers_and_type_errors(tmp_path):
 def _fake_generate(calls, rewards_by_call, correct_by_call=None):
     from bsb.train.tree import Leaf, PromptTree
 
-    def fake(problems, prompts, kind, cfg, ctx, seed):
+    def fake(problems, prompts, kind, cfg, ctx, seed, first=0):
         calls.append(seed)
         rewards = rewards_by_call[len(calls) - 1]
         trees = [PromptTree(f"p{len(calls)}-{i}", "1", [Leaf([3], [4, 5], 0, 0) for _ in rs]) for i, rs in enumerate(rewards)]

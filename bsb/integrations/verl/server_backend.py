@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import torch
 
-from bsb.engine.backend import Capabilities, check_generation_args
+from bsb.engine.backend import Capabilities, check_generation_args, request_seeds
 
 # generate(prompt_ids, sampling_params) -> (response token ids, their log-probs or None)
 Generate = Callable[[list[int], dict], Awaitable[tuple[list[int], list[float] | None]]]
@@ -59,14 +59,16 @@ class ServerBackend:
         max_new_tokens: int,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        seed: int = 0,
+        seed: int | Sequence[int] = 0,
         eos_token_id: int | None = None,
     ) -> list[list[int]]:
         check_generation_args(prompts, max_new_tokens, temperature, top_p)
         prompts = [[int(x) for x in p] for p in prompts]
 
+        seeds = request_seeds(seed, len(prompts))
+
         def params(i: int) -> dict:
-            p = dict(self.sampling, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed + i)
+            p = dict(self.sampling, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seeds[i])
             if eos_token_id is not None:
                 p["stop_token_ids"] = [int(eos_token_id)]
             return p

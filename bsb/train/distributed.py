@@ -1,0 +1,135 @@
+"""The data-parallel world a trainer runs in: ranks launched by ``torchrun``, and the few collectives the trainer uses.
+
+``bsb train`` started by ``torchrun`` (it sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``) joins one
+process group: gloo on the CPU, NCCL on CUDA (one GPU a rank, ``cuda:LOCAL_RANK``). Started without torchrun it is
+:data:`SOLO`, world size 1 with no process group: today's one-process trainer, unchanged. Everything here is
+PyTorch's own (``torch.distributed``); bsb adds no communication layer, only these names for what it asks of it:
+
+* :meth:`World.share`: the contiguous slice of a round's prompts a rank generates (the count must divide evenly);
+* :meth:`World.gather`: every rank's Python objects (trees, counts) in rank order, i.e. the global order;
+* :meth:`World.sum`: a float summed over ranks (loss and token counts for the metrics).
+
+Collectives time out after ``dist_timeout_s``: a rank that hangs ends every rank with an error naming the
+collective instead of a silent wait; ``torchrun`` itself ends the others when one dies.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    launched: bool = False  # under torchrun (a process group exists, the policy is sharded with FSDP2)
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the one that writes metrics, config.yaml and the progress bar."""
+        return self.rank == 0
+
+    def share(self, n: int) -> tuple[int, int]:
+        """``[start, stop)`` of this rank's contiguous share of ``n`` items (``n`` divisible by the world size)."""
+        if n % self.size:
+            raise ValueError(f"{n} items do not split evenly over {self.size} ranks")
+        per = n // self.size
+        return self.rank * per, (self.rank + 1) * per
+
+    def split(self, n: int) -> tuple[int, int]:
+        """``[start, stop)`` of this rank's contiguous share of ``n`` items, the first ``n % size`` ranks one more."""
+        per, extra = divmod(n, self.size)
+        start = self.rank * per + min(self.rank, extra)
+        return start, start + per + (self.rank < extra)
+
+    def gather(self, obj) -> list:
+        """``obj`` of every rank, in rank order (``[obj]`` at world size 1 without torchrun)."""
+        if not self.launched:
+            return [obj]
+        out = [None] * self.size
+        torch.distributed.all_gather_object(out, obj)
+        return out
+
+    def sum(self, value: float) -> float:
+        if not self.launched:
+            return float(value)
+        return float(sum(self.gather(float(value))))
+
+    def barrier(self) -> None:
+        if self.launched:
+            torch.distributed.barrier()
+
+
+SOLO = World()
+
+
+def torchrun_env() -> dict | None:
+    """The launch torchrun describes in the environment, or None when not launched by it."""
+    if not all(k in os.environ for k in TORCHRUN_ENV):
+        return None
+    try:
+        return {k: int(os.environ[k]) for k in TORCHRUN_ENV}
+    except ValueError:
+        raise ValueError(f"torchrun's {', '.join(TORCHRUN_ENV)} must be integers") from None
+
+
+def check_launch(cfg, size: int, device: torch.device) -> None:
+    """A world the run cannot use: one clear error, on every rank, before any model loads."""
+    if cfg.prompts_per_step % size or cfg.gen_prompts % size:
+        raise ValueError(
+            f"world size {size} must divide prompts_per_step ({cfg.prompts_per_step}) and gen_prompts "
+            f"({cfg.gen_prompts}): every rank generates an equal share of a round"
+        )
+    if device.type == "cuda":
+        visible = torch.cuda.device_count()
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", size))
+        if local > visible:
+            raise ValueError(
+                f"torchrun started {local} ranks on this node but only {visible} CUDA device(s) are visible: "
+                f"use --nproc_per_node={visible} or fewer"
+            )
+
+
+def init_world(cfg, device: torch.device) -> tuple[World, torch.device]:
+    """The world of this process and its device: :data:`SOLO` and ``device`` without torchrun; under torchrun the
+    launch is checked, this rank's GPU chosen (``cuda:LOCAL_RANK``) and the process group joined."""
+    env = torchrun_env()
+    if env is None:
+        return SOLO, device
+    if cfg.device.startswith("cuda:"):
+        raise ValueError(f"device={cfg.device} under torchrun: use device=cuda (each rank takes cuda:LOCAL_RANK)")
+    world = World(env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], launched=True)
+    check_launch(cfg, world.size, device)
+    if device.type == "cuda":
+        device = torch.device("cuda", world.local_rank)
+        torch.cuda.set_device(device)
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(
+            "nccl" if device.type == "cuda" else "gloo",
+            timeout=datetime.timedelta(seconds=cfg.dist_timeout_s),
+            **({"device_id": device} if device.type == "cuda" else {}),
+        )
+    return world, device
+
+
+# what gloo and NCCL say when a peer is gone or a collective waited past the timeout (gloo raises plain RuntimeErrors)
+PEER_LOST = ("connection closed by peer", "connection reset by peer", "timed out", "timeout", "broken pipe", "nccl")
+
+
+def collective_failure(err: BaseException) -> bool:
+    """Whether ``err`` is a collective that failed because another rank died or hung."""
+    if isinstance(err, torch.distributed.DistError):
+        return True
+    return isinstance(err, RuntimeError) and any(m in str(err).lower() for m in PEER_LOST)
+
+
+def close_world(world: World) -> None:
+    if world.launched and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

@@ -1,0 +1,171 @@
+"""The policy sharded over a data-parallel world with PyTorch's FSDP2 (``fully_shard``), and its checkpoints with
+``torch.distributed.checkpoint`` (DCP).
+
+* :func:`shard_policy`: one FSDP unit per decoder layer plus the root (embeddings, final norm, LM head: a tied
+  head stays with its embedding). fp32 master weights and AdamW state are sharded, ``16·P/N`` bytes a rank; on CUDA
+  a bf16 (or fp16) compute dtype becomes FSDP2's mixed-precision policy (params gathered in that dtype, gradients
+  reduced in fp32). ``gradient_checkpointing`` recomputes each decoder layer in the backward;
+  ``fsdp_cpu_offload`` keeps the shards and their optimizer state in host memory.
+* :func:`token_logprobs_method`: the update's forward (hidden states, then the chunked log-probs of the response
+  tokens through the LM head) registered as an FSDP forward method, so the root's parameters are gathered for it
+  and its gradients reduce-scattered like any forward's.
+* :func:`full_params`: every unit gathered once for a rollout phase (generation and white-box reads run many
+  forwards of different counts on different ranks; with the weights already whole, none of them is a collective).
+* :func:`engine_weights`: the weights for a rank's rollout engine, gathered one tensor at a time (peak: one
+  tensor's full copy beyond the engine's own weights).
+* :func:`save_sharded` / :func:`load_sharded`: model and optimizer as a DCP checkpoint; DCP reshards on load, so a
+  run resumes at another world size (or without torchrun, world size 1). :func:`full_state_dict`: the whole model on
+  rank 0 for the Hugging Face export.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from pathlib import Path
+
+import torch
+
+DCP_DIR = "dcp"
+
+
+def decoder_layers(model) -> list[torch.nn.Module]:
+    """The model's decoder layers: modules of the classes its ``_no_split_modules`` names (transformers' own list of
+    the blocks that must stay whole)."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise ValueError(
+            f"{type(model).__name__} names no decoder layer class (_no_split_modules): cannot shard it per layer"
+        )
+    return layers
+
+
+def shard_policy(
+    model, device: torch.device, compute_dtype: torch.dtype, cpu_offload: bool = False, checkpointing: bool = False
+):
+    """``model`` (fp32, on ``device``) wrapped with FSDP2 per decoder layer and at the root, in place."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    mixed = device.type == "cuda" and compute_dtype != torch.float32
+    kw = dict(
+        mp_policy=MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+        if mixed
+        else MixedPrecisionPolicy(),
+        offload_policy=CPUOffloadPolicy() if cpu_offload else OffloadPolicy(),
+    )
+    for layer in decoder_layers(model):
+        fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+    token_logprobs_method(model)
+    return model
+
+
+def token_logprobs_method(model) -> None:
+    """Give the sharded ``model`` a ``bsb_token_logprobs(ids, attn, rows, positions, targets)`` forward method
+    (:func:`bsb.train.loss.hidden_token_logprobs`) that FSDP2 treats as a forward."""
+    from torch.distributed.fsdp import register_fsdp_forward_method
+
+    from bsb.train.loss import hidden_token_logprobs
+
+    model.bsb_token_logprobs = types.MethodType(hidden_token_logprobs, model)
+    register_fsdp_forward_method(model, "bsb_token_logprobs")
+
+
+def _units(model):
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+@contextlib.contextmanager
+def full_params(model, enabled: bool = True):
+    """Every FSDP unit of ``model`` gathered (one collective each, on every rank) for the duration, and kept whole
+    across forwards, so generation and reads that run different numbers of forwards on different ranks issue no
+    collective. Resharded on exit. A no-op when not ``enabled`` (an unsharded model)."""
+    if not enabled:
+        yield
+        return
+    units = _units(model)
+    for unit in units:
+        unit.unshard()
+    model.set_reshard_after_forward(False)
+    try:
+        yield
+    finally:
+        model.set_reshard_after_forward(True)
+        for unit in units:
+            unit.reshard()
+
+
+def engine_weights(model, dtype: torch.dtype):
+    """``(name, tensor)`` of every weight, gathered and cast one at a time (a generator: a rollout engine loads each
+    before the next is gathered)."""
+    for name, value in model.state_dict().items():
+        full = value.full_tensor() if hasattr(value, "full_tensor") else value
+        yield name, full.detach().to(dtype)
+
+
+def local_bytes(model, optimizer) -> tuple[int, int]:
+    """Bytes of parameters and of optimizer state this rank holds (its shards, not the logical sizes)."""
+
+    def local(t):
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    params = sum(local(p).numel() * local(p).element_size() for p in model.parameters())
+    state = sum(
+        local(v).numel() * local(v).element_size()
+        for s in optimizer.state.values()
+        for v in s.values()
+        if isinstance(v, torch.Tensor) and v.dim() > 0
+    )
+    return params, state
+
+
+def save_sharded(model, optimizer, path: Path) -> None:
+    """Model and optimizer state as one DCP checkpoint in ``path`` (every rank writes its shards)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    msd, osd = get_state_dict(model, optimizer)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path))
+
+
+def load_sharded(model, optimizer, path: Path) -> None:
+    """Load a :func:`save_sharded` checkpoint into ``model`` and ``optimizer``, resharded to this world (sharded or
+    a plain one-process model)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    msd, osd = get_state_dict(model, optimizer)
+    state = {"model": msd, "optim": osd}
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+def full_state_dict(model) -> dict:
+    """The whole model's weights on rank 0, in host memory (empty on other ranks)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    weights = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    seen, tied = set(), set()  # a tied LM head is its embedding: written once, as a one-process save_pretrained does
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in seen:
+            tied.add(name)
+        seen.add(id(p))
+    return {k: v for k, v in weights.items() if k not in tied}
+
+
+def load_full_optimizer(model, optimizer, state: dict) -> None:
+    """A one-process optimizer state (``optimizer.state_dict()``: parameters by index, in ``model.parameters()``
+    order) loaded into the sharded ``optimizer``: keyed by parameter name, then sharded by PyTorch's state-dict API."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    names = [name for name, _ in model.named_parameters()]
+    by_name = {
+        "state": {names[i]: v for i, v in state["state"].items()},
+        "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]],
+    }
+    set_optimizer_state_dict(model, optimizer, optim_state_dict=by_name, options=StateDictOptions(full_state_dict=True))

