@@ -2,6 +2,7 @@
 selector and sampler runs sharded, a killed rank ends the run and the same command resumes it exactly, checkpoints
 reshard across world sizes, and launches the run cannot use are one clear error on every rank."""
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -177,6 +178,30 @@ def test_kill_rank_1_mid_run_then_the_same_command_resumes_exactly_and_at_world_
     done = subprocess.run(_train_cmd(cfg, out, False), env=env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, failure(done)
     assert_same_run(ref, out)
+
+
+def test_a_hung_rank_ends_every_rank_after_dist_timeout_s(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({**BASE, "steps": 20, "save_every": 1, "dist_timeout_s": 10}))
+    out = tmp_path / "run"
+    job = subprocess.Popen(_train_cmd(cfg, out, True), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    state, deadline = out / "checkpoint" / "state.json", time.time() + 300
+    while time.time() < deadline and not state.exists():
+        assert job.poll() is None, job.communicate()[1][-3000:]
+        time.sleep(0.05)
+    pid = _rank_pid(out, 1)
+    assert pid is not None, "rank 1 not found"
+    os.kill(pid, signal.SIGSTOP)  # alive but silent: no peer closes a socket, only the timeout can tell
+    stopped = time.time()
+    try:
+        _, err = job.communicate(timeout=180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert job.returncode != 0
+    assert time.time() - stopped < 120
+    assert "bsb: error: rank 0 of 2: a collective failed" in err, err[-3000:]
 
 
 def test_a_one_process_checkpoint_resumes_sharded(tmp_path):
