@@ -8,9 +8,10 @@ boundary's importance from the chain's text alone.
   not parse, holds the wrong number of scores, or a score outside [0, 10] is a :class:`JudgeError` (the selector then
   falls back to Midpoint and counts it).
 * Clients: :class:`OpenAIJudge`, any OpenAI-compatible ``/v1/chat/completions`` or ``/v1/completions`` endpoint (URL
-  and model from config, key from an environment variable, a timeout on every call; errors and timeouts are
-  :class:`JudgeError`), and :class:`LocalJudge`, a local model through a bsb backend's ``generate``. Each keeps
-  :class:`JudgeStats`: calls, tokens, latency, failures by reason.
+  and model from config, key from an environment variable; one deadline per call, no redirect followed, the reply's
+  size capped (:mod:`bsb.engine.http`); errors, timeouts and malformed replies are :class:`JudgeError`), and
+  :class:`LocalJudge`, a local model through a bsb backend's ``generate``. Each keeps :class:`JudgeStats`: calls,
+  tokens, latency, failures by reason.
 """
 
 from __future__ import annotations
@@ -19,13 +20,12 @@ import json
 import math
 import os
 import re
-import socket
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bsb.engine.http import HTTPFailure, post_json
 
 TEMPLATE = Path(__file__).with_name("judge_prompt.txt")
 MAX_SCORE = 10.0
@@ -138,22 +138,12 @@ class OpenAIJudge:
         headers = {"Content-Type": "application/json"}
         if self.key:
             headers["Authorization"] = f"Bearer {self.key}"
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
         start = time.perf_counter()
         self.stats.calls += 1
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:
-                reply = json.loads(resp.read().decode("utf-8", "replace"))
-        except urllib.error.HTTPError as err:
-            raise JudgeError(f"HTTP {err.code}") from None
-        except TimeoutError:
-            raise JudgeError("timeout") from None
-        except urllib.error.URLError as err:
-            raise JudgeError(
-                "timeout" if isinstance(err.reason, (TimeoutError, socket.timeout)) else "unreachable"
-            ) from None
-        except (json.JSONDecodeError, UnicodeDecodeError, ConnectionError, OSError):
-            raise JudgeError("malformed HTTP reply") from None
+            reply = post_json(self.url, body, headers, self.timeout_s)
+        except HTTPFailure as err:
+            raise JudgeError(err.reason) from None
         finally:
             self.stats.latency_s += time.perf_counter() - start
         try:
@@ -161,13 +151,26 @@ class OpenAIJudge:
             text = choice["message"]["content"] if self.endpoint == "chat" else choice["text"]
         except (KeyError, IndexError, TypeError):
             raise JudgeError("reply without choices") from None
+        if not isinstance(text, str | None):
+            raise JudgeError("reply without choices")
         usage = reply.get("usage") or {}
-        out = JudgeReply(
-            str(text or ""), int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-        )
+        if not isinstance(usage, dict):
+            raise JudgeError("malformed usage")
+        out = JudgeReply(text or "", _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")))
         self.stats.prompt_tokens += out.prompt_tokens
         self.stats.completion_tokens += out.completion_tokens
         return out
+
+
+def _count(value) -> int:
+    """A token count from a reply's ``usage``: absent is 0; anything but a whole number in [0, 2**53) is refused."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise JudgeError("malformed usage")
+    if value != int(value) or not 0 <= value < 2**53:
+        raise JudgeError("malformed usage")
+    return int(value)
 
 
 class LocalJudge:

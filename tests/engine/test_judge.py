@@ -3,6 +3,7 @@
 cost reported, and the fork at the judge's top-rated step."""
 
 import json
+import time
 
 import pytest
 import torch
@@ -125,3 +126,78 @@ def test_bad_judge_configuration_is_an_error():
         OpenAIJudge("ftp://x", "m")
     with pytest.raises(ValueError, match="endpoint"):
         OpenAIJudge("http://x", "m", endpoint="grpc")
+
+
+# ------------------------------------------------------------------ a hostile judge server: every reply bounded
+
+
+def _hostile_cases():
+    import itertools
+
+    from hostile_http import response
+
+    good = '{"choices": [{"message": {"content": "[1, 2, 3]"}}], "usage": {"prompt_tokens": 5}}'
+
+    def endless_chunks(server):
+        yield b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        for _ in itertools.count():
+            yield b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
+
+    def drip(server):  # the headers, then one byte every 0.3 s: each read is quick, the call is not
+        body = good.encode()
+        yield f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        for b in body:
+            yield 0.3
+            yield bytes([b])
+
+    return {
+        "timeout": drip,
+        "reply too large": lambda s: [b"HTTP/1.1 200 OK\r\nContent-Length: 400000000\r\n\r\n{"],
+        "reply too large ": endless_chunks,
+        "malformed HTTP reply": lambda s: [b"HTTP/1.1 ABC\r\n\r\n"],
+        "malformed HTTP reply ": lambda s: [b"HTTP/1.1 200 OK\r\n" + b"X-A: b\r\n" * 200 + b"\r\n{}"],
+        "malformed HTTP reply  ": lambda s: [b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 100_000 + b"\r\n\r\n{}"],
+        "malformed HTTP reply   ": lambda s: [b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"choices\""],
+        "malformed usage": lambda s: response(good.replace('{"prompt_tokens": 5}', '{"prompt_tokens": NaN}')),
+        "malformed usage ": lambda s: response(good.replace('{"prompt_tokens": 5}', '{"prompt_tokens": 1e400}')),
+        "malformed usage  ": lambda s: response(good.replace('{"prompt_tokens": 5}', "[1, 2]")),
+        "malformed usage   ": lambda s: response(good.replace("5", "2.5")),
+        "malformed JSON": lambda s: response("[" * 100_000 + "]" * 100_000),
+        "malformed JSON ": lambda s: response("[1, 2, 3]"),
+        "reply without choices": lambda s: response('{"choices": [{"message": {"content": {"x": 1}}}]}'),
+    }
+
+
+@pytest.mark.parametrize("reason", list(_hostile_cases()))
+def test_a_hostile_reply_is_a_counted_fallback_within_the_deadline(reason):
+    from hostile_http import HostileServer
+
+    server = HostileServer(_hostile_cases()[reason])
+    try:
+        sel, judge = _selector(server.url, timeout=2.0)
+        start = time.monotonic()
+        choice = sel.select([_chain()], MASK).choices[0]
+        took = time.monotonic() - start
+    finally:
+        server.close()
+    assert choice.fallback == f"judge: {reason.strip()}" and choice.fork == 6
+    assert judge.stats.failures == {reason.strip(): 1}
+    assert took < 4.0  # one deadline (2 s) for the whole call, whatever the server does
+
+
+def test_a_redirect_is_not_followed_and_the_key_never_leaves_the_configured_origin(monkeypatch):
+    from hostile_http import HostileServer, response
+
+    monkeypatch.setenv("BSB_TEST_JUDGE_KEY", "secret-key")
+    elsewhere = HostileServer(lambda s: response('{"choices": [{"message": {"content": "[1, 2, 3]"}}]}'))
+    redirect = HostileServer(
+        lambda s: response("", "302 Found", (f"Location: {elsewhere.url}/v1/chat/completions",))
+    )
+    try:
+        sel, judge = _selector(redirect.url)
+        assert sel.select([_chain()], MASK).choices[0].fallback == "judge: redirect"
+    finally:
+        redirect.close()
+        elsewhere.close()
+    assert "Bearer secret-key" in redirect.requests[0]
+    assert elsewhere.requests == []

@@ -3,6 +3,8 @@ runs bsb's own tree rollout over async calls, the tree advantages on verl-shaped
 (verl itself is exercised in tests/verl, in verl's own environment.)"""
 
 import asyncio
+import json
+import re
 import importlib.util
 import random
 import threading
@@ -356,3 +358,99 @@ def test_bsb_imports_without_verl_and_the_launcher_names_the_install():
         launch.main()
     with pytest.raises(ImportError):
         import bsb.integrations.verl.tree_loop  # noqa: F401
+
+
+# ------------------------------------------------------------------ a hostile probe server: a ProbeError, never a belief
+
+
+def _completion(top: dict) -> str:
+    return json.dumps({"choices": [{"logprobs": {"top_logprobs": [top]}}]})
+
+
+def _probe_cases():
+    import itertools
+
+    from hostile_http import response
+
+    def endless_chunks(server):
+        yield b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        for _ in itertools.count():
+            yield b"10000\r\n" + b"x" * 0x10000 + b"\r\n"
+
+    good = {"token_id:5": -0.1, "token_id:6": -2.0}
+    return {
+        "NaN": lambda s: response(_completion({"token_id:5": float("nan"), "token_id:6": -2.0})),
+        "positive": lambda s: response(_completion({"token_id:5": 0.5, "token_id:6": -2.0})),
+        "+inf": lambda s: response(_completion(good).replace("-0.1", "Infinity")),
+        "string log-prob": lambda s: response(_completion({"token_id:5": "-0.1", "token_id:6": -2.0})),
+        "bad token key": lambda s: response(_completion({"token_id:x": -0.1, "token_id:6": -2.0})),
+        "list of positions": lambda s: response(json.dumps({"choices": [{"logprobs": {"top_logprobs": [[1, 2]]}}]})),
+        "not an object": lambda s: response("[1, 2]"),
+        "deep JSON": lambda s: response("[" * 100_000 + "]" * 100_000),
+        "cut short": lambda s: [b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"choices\""],
+        "bad status line": lambda s: [b"HTTP/1.1 ABC\r\n\r\n"],
+        "long header": lambda s: [b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 100_000 + b"\r\n\r\n{}"],
+        "endless body": endless_chunks,
+        "negative cached count": lambda s: response(json.dumps({**json.loads(_completion(good)),
+                                                            "usage": {"prompt_tokens_details": {"cached_tokens": -4}}})),
+    }
+
+
+_probe_reasons = {
+    "NaN": "nan for token 5: not a log-probability",
+    "positive": "0.5 for token 5: not a log-probability",
+    "+inf": "inf for token 5: not a log-probability",
+    "string log-prob": "'-0.1' as a log-prob",
+    "bad token key": "'token_id:x' is not a token id",
+    "list of positions": "no 1 read positions",
+    "not an object": "not a JSON object",
+    "deep JSON": "not JSON",
+    "cut short": "ClientPayloadError|not JSON",
+    "bad status line": "Bad status line",
+    "long header": "Got more than",
+    "endless body": "a reply over 8388608 bytes",
+    "negative cached count": "reports -4 cached tokens",
+}
+
+
+@pytest.mark.parametrize("case", list(_probe_cases()))
+def test_a_hostile_probe_reply_is_a_probe_error(case):
+    from hostile_http import HostileServer
+
+    server = HostileServer(_probe_cases()[case])
+
+    async def go():
+        probe = CompletionsProbe(timeout_s=5, model="m")
+        try:
+            return await probe.read(server.url, [1, 2, 3, 4], [2], [7], 1, 2, 0)
+        finally:
+            await probe.close()
+
+    try:
+        with pytest.raises(ProbeError) as err:
+            asyncio.run(go())
+    finally:
+        server.close()
+    assert re.search(_probe_reasons[case], str(err.value)), str(err.value)[:300]
+
+
+def test_a_redirect_is_not_followed_by_the_probe():
+    from hostile_http import HostileServer, response
+
+    elsewhere = HostileServer(lambda s: response(_completion({"token_id:5": -0.1, "token_id:6": -2.0})))
+    redirect = HostileServer(lambda s: response("", "307 Temporary Redirect", (f"Location: {elsewhere.url}/v1/completions",)))
+
+    async def go():
+        probe = CompletionsProbe(timeout_s=5, model="m")
+        try:
+            return await probe.read(redirect.url, [1, 2, 3, 4], [2], [7], 1, 2, 0)
+        finally:
+            await probe.close()
+
+    try:
+        with pytest.raises(ProbeError, match="HTTP 307"):
+            asyncio.run(go())
+    finally:
+        redirect.close()
+        elsewhere.close()
+    assert elsewhere.requests == []

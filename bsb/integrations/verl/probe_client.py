@@ -36,8 +36,15 @@ class ProbeError(RuntimeError):
     """A probe read failed (server unreachable, HTTP error, a reply without the asked log-probs)."""
 
 
+MAX_REPLY_BYTES = 8 * 2**20  # a probe reply is a few KB; anything near this is not a vLLM server's
+
+
 def _best(entries: Sequence[tuple[int, float]], k: int) -> tuple[list[float], list[int]]:
-    """The k best (token, logprob) pairs, best first, ties broken by the lower token id (as VLLMBackend)."""
+    """The k best (token, logprob) pairs, best first, ties broken by the lower token id (as VLLMBackend). A log-prob
+    that is NaN, positive or +inf, or a negative token id, is not a belief: a :class:`ProbeError`."""
+    for tok, lp in entries:
+        if math.isnan(lp) or lp > 0 or tok < 0:
+            raise ProbeError(f"the server returned log-prob {lp!r} for token {tok}: not a log-probability")
     best = sorted(entries, key=lambda e: (-e[1], e[0]))[:k]
     if len(best) < k:
         raise ProbeError(f"the server returned {len(best)} log-probs where {k} were asked")
@@ -45,9 +52,15 @@ def _best(entries: Sequence[tuple[int, float]], k: int) -> tuple[list[float], li
 
 
 def _token_id(key: str) -> int:
-    if not key.startswith("token_id:"):
+    if not isinstance(key, str) or not key.startswith("token_id:") or not key[9:].isdigit():
         raise ProbeError(f"top_logprobs key {key!r} is not a token id: the server ignored return_tokens_as_token_ids")
-    return int(key.split(":", 1)[1])
+    return int(key[9:])
+
+
+def _logprob(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ProbeError(f"the server returned {value!r} as a log-prob")
+    return float(value)
 
 
 def parse_completion(reply: dict, read_len: int, k: int) -> tuple[list[list[float]], list[list[int]], int]:
@@ -57,15 +70,19 @@ def parse_completion(reply: dict, read_len: int, k: int) -> tuple[list[list[floa
         tops = choice["logprobs"]["top_logprobs"]
     except (KeyError, IndexError, TypeError) as err:
         raise ProbeError(f"completions reply without logprobs.top_logprobs: {str(reply)[:200]}") from err
-    if len(tops) < read_len:
-        raise ProbeError(f"completions reply has {len(tops)} read positions where {read_len} were asked")
+    if not isinstance(tops, list) or len(tops) < read_len or not all(isinstance(p, dict) for p in tops[:read_len]):
+        raise ProbeError(f"completions reply has no {read_len} read positions of top log-probs: {str(tops)[:200]}")
     logp, ids = [], []
     for pos in tops[:read_len]:
-        lp, tok = _best([(_token_id(key), float(v)) for key, v in pos.items()], k)
+        lp, tok = _best([(_token_id(key), _logprob(v)) for key, v in pos.items()], k)
         logp.append(lp)
         ids.append(tok)
-    details = (reply.get("usage") or {}).get("prompt_tokens_details") or {}
-    return logp, ids, int(details.get("cached_tokens") or 0)
+    usage = reply.get("usage") or {}
+    details = (usage.get("prompt_tokens_details") if isinstance(usage, dict) else None) or {}
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is not None and (isinstance(cached, bool) or not isinstance(cached, int) or cached < 0):
+        raise ProbeError(f"completions reply reports {cached!r} cached tokens")
+    return logp, ids, cached or 0
 
 
 def _stack(rows: list[tuple[list[list[float]], list[list[int]]]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,14 +117,29 @@ class CompletionsProbe:
         import aiohttp
 
         session = await self._http()
-        try:
-            async with session.request(method, url, **kw) as resp:
-                body = await resp.text()
+        try:  # never a redirect (the reply would come from elsewhere), at most MAX_REPLY_BYTES, within the timeout
+            async with session.request(method, url, allow_redirects=False, **kw) as resp:
+                body = b""
+                async for chunk in resp.content.iter_any():
+                    body += chunk
+                    if len(body) > MAX_REPLY_BYTES:
+                        raise ProbeError(f"{method} {url}: a reply over {MAX_REPLY_BYTES} bytes")
                 if resp.status != 200:
-                    raise ProbeError(f"{method} {url}: HTTP {resp.status}: {body[:300]}")
-        except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+                    raise ProbeError(f"{method} {url}: HTTP {resp.status}: {body[:300]!r}")
+        except (
+            aiohttp.ClientError,
+            aiohttp.http_exceptions.HttpProcessingError,
+            asyncio.TimeoutError,
+            ValueError,
+        ) as err:
             raise ProbeError(f"{method} {url}: {type(err).__name__}: {err}") from err
-        return json.loads(body)
+        try:
+            reply = json.loads(body.decode("utf-8"))
+        except (ValueError, RecursionError):
+            raise ProbeError(f"{method} {url}: the reply is not JSON: {body[:200]!r}") from None
+        if not isinstance(reply, dict):
+            raise ProbeError(f"{method} {url}: the reply is not a JSON object: {body[:200]!r}")
+        return reply
 
     async def model_name(self, base_url: str) -> str:
         if self.model:
@@ -211,11 +243,7 @@ class PromptLogprobsProbe:
                 )
             logp, tok = [], []
             for pos in range(len(context) - 1, len(context) + read_len - 1):  # entry j: the belief over token j + 1
-                pairs = [
-                    (int(i), float(v))
-                    for i, v in zip(ids[pos], lps[pos])
-                    if i is not None and v is not None and not math.isnan(v)
-                ]
+                pairs = [(int(i), _logprob(v)) for i, v in zip(ids[pos], lps[pos]) if i is not None and v is not None]
                 lp, tk = _best(pairs, k)
                 logp.append(lp)
                 tok.append(tk)
