@@ -158,7 +158,11 @@ class TrainConfig(ProbeConfig):
         600, "under torchrun: a collective that waits longer than this ends every rank (a hung or lost rank)"
     )
     seed: int = _f(0, "the run's seed; every sampling stream derives from (seed, step, round, phase)")
-    out_dir: str = _f("runs/bsb", "metrics.jsonl, config.yaml, checkpoints and the final model go here")
+    out_dir: str = _f(
+        "",
+        "metrics.jsonl, config.yaml, checkpoints and the final model go here; empty: runs/TASK-SELECTOR-seedSEED-HASH, "
+        "named by the run's config (the same command resumes it, a different one never meets it)",
+    )
     val_every: int = _f(10, "validate every N steps (and at the start and the end); 0: only start and end")
     save_every: int = _f(10, "checkpoint every N steps; 0: only at the end")
     progress: bool = _f(True, "progress bars")
@@ -279,6 +283,8 @@ class TrainConfig(ProbeConfig):
             raise ValueError(
                 f"invalid config: overlong_buffer must be in [0, max_response_len], got {self.overlong_buffer}"
             )
+        if not self.out_dir:
+            self.out_dir = default_out_dir(self)
 
     @property
     def group_size(self) -> int:
@@ -332,6 +338,20 @@ RESUME_SAFE = (
     "fsdp_cpu_offload",
     "dist_timeout_s",
 )
+
+
+def default_out_dir(cfg: TrainConfig) -> str:
+    """``runs/TASK-SELECTOR-seedSEED-HASH``: the hash is of every field that changes the run's results (all but
+    :data:`RESUME_SAFE`), so rerunning a command finds its run and a different command gets its own folder."""
+    import hashlib
+    import json
+    import re
+
+    values = {k: v for k, v in cfg.to_dict().items() if k not in RESUME_SAFE}
+    digest = hashlib.blake2b(json.dumps(values, sort_keys=True, default=str).encode(), digest_size=4).hexdigest()
+    kind = cfg.selector if cfg.rollout == "tree" else cfg.rollout
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{cfg.task}-{kind}")  # task=pkg.mod:Class stays one path part
+    return f"runs/{name}-seed{cfg.seed}-{digest}"
 
 
 def resume_changes(stored: dict, cfg: TrainConfig) -> dict[str, tuple]:

@@ -29,6 +29,7 @@ import os
 import random
 import shutil
 import time
+import weakref
 from collections import Counter
 from pathlib import Path
 
@@ -47,6 +48,7 @@ from bsb.train import phases
 from bsb.train.config import TrainConfig, resume_changes
 from bsb.train.distributed import close_world, init_world
 from bsb.train.rewards import RewardConfig
+from bsb.train.run_folder import RunLock, checkpoint_files, file_checksums, verify_checksums
 from bsb.train.seeds import VAL_SEED, stream
 from bsb.train.sharding import (
     DCP_DIR,
@@ -81,12 +83,17 @@ class Trainer:
         self.dtype = resolve_dtype(cfg.dtype, self.device)
         self.out = Path(cfg.out_dir)
         self.ckpt = self.out / "checkpoint"
+        self.lock = None
         if self.world.main:
             self.out.mkdir(parents=True, exist_ok=True)
+            self.lock = RunLock(self.out)  # one trainer process a folder: a second is an error naming the first's pid
+            weakref.finalize(self, self.lock.release)  # a trainer that fails to build lets the folder go
             recover_checkpoint(self.out)  # a crash inside save() must not turn into a silent restart at step 0
         self.world.barrier()
         resuming = resume and (self.ckpt / "state.json").exists()
         self.state = self._read_state() if resuming else None  # checked once, before any model loads
+        if resuming:
+            self._verify_checkpoint()  # every file as written: a flipped byte is an error, not silent training
         self.resumed_changes = self._check_resume() if resuming else {}
         self.sharded_ckpt = resuming and (self.ckpt / DCP_DIR).exists()
         if not self.world.main:
@@ -339,12 +346,16 @@ class Trainer:
             if (cfg.save_every and self.step % cfg.save_every == 0) or self.step == cfg.steps:
                 self.save()
         self.export(self.out / "final")
+        if self.lock is not None:
+            self.lock.release()
         return rows
 
     def close(self) -> None:
         """Release the rollout engine this trainer built and leave the process group (under torchrun)."""
         if self.backend is not self.hf and self.owns_backend and hasattr(self.backend, "close"):
             self.backend.close()
+        if self.lock is not None:
+            self.lock.release()
         close_world(self.world)
 
     def export(self, path: Path) -> None:
@@ -379,12 +390,16 @@ class Trainer:
             self.policy.save_pretrained(tmp / "model")
             self.tok.save_pretrained(tmp / "model")
             blob["optimizer"] = self.opt.state_dict()
-        self.world.barrier()  # every shard written before rank 0 declares the checkpoint complete
         if main:
             torch.save(blob, tmp / "trainer.pt")
+        self.world.barrier()  # every shard written before the checksums and rank 0's declaring it complete
+        files = checkpoint_files(tmp)
+        sums = {k: v for part in self.world.gather(file_checksums(tmp, self._share(files))) for k, v in part.items()}
+        if main:
             # state.json last, and whole (renamed into place): a checkpoint.tmp holding it is complete
             state = {"step": self.step, "active_steps": self.active_steps, "config": self.cfg.to_dict()}
-            (tmp / "state.json.part").write_text(json.dumps({**state, "world_size": self.world.size}, indent=1))
+            state.update(world_size=self.world.size, checksums=sums)
+            (tmp / "state.json.part").write_text(json.dumps(state, indent=1))
             os.replace(tmp / "state.json.part", tmp / "state.json")
             if self.ckpt.exists():
                 shutil.rmtree(old, ignore_errors=True)
@@ -412,6 +427,26 @@ class Trainer:
                     f"{where}: {name} {value!r} is not a step count in [0, step]; the checkpoint is damaged"
                 )
         return state
+
+    def _share(self, files: list[str]) -> list[str]:
+        return files[self.world.rank :: self.world.size]  # each rank hashes a share of the files
+
+    def _verify_checkpoint(self) -> None:
+        """The checkpoint's files against the checksums its ``state.json`` records (each rank a share; one error on
+        every rank). A checkpoint written before checksums existed records none and loads as it is."""
+        expected = self.state.get("checksums")
+        if expected is None:
+            return
+        if not isinstance(expected, dict) or not all(isinstance(v, str) for v in expected.values()):
+            raise ValueError(f"{self.ckpt / 'state.json'}: its checksums are not a mapping of file: crc")
+        try:
+            verify_checksums(self.ckpt, expected, self._share(sorted(expected)))
+            problem = None
+        except ValueError as err:
+            problem = str(err)
+        problems = [p for p in self.world.gather(problem) if p]
+        if problems:
+            raise ValueError(problems[0])
 
     def _check_resume(self) -> dict:
         """The stored config against this one: a change that alters the run's results is an error listing the fields,

@@ -347,6 +347,53 @@ def test_a_damaged_checkpoint_state_or_metrics_row_is_a_clear_error(model_dir, t
         Trainer(config(model_dir, out, steps=2, dynamic_sampling=False))
 
 
+@pytest.mark.parametrize("damaged", ["model/model.safetensors", "trainer.pt"])
+def test_a_flipped_byte_in_a_checkpoint_file_is_an_error_naming_it(model_dir, tmp_path, damaged):
+    out = tmp_path / "run"
+    Trainer(config(model_dir, out, steps=1, dynamic_sampling=False)).run()
+    state = json.loads((out / "checkpoint" / "state.json").read_text())
+    assert damaged in state["checksums"] and "model/config.json" in state["checksums"]
+    path = out / "checkpoint" / damaged
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=f"{damaged}: does not match its checksum"):
+        Trainer(config(model_dir, out, steps=2, dynamic_sampling=False))
+    path.unlink()
+    with pytest.raises(ValueError, match=f"{damaged}: missing from the checkpoint"):
+        Trainer(config(model_dir, out, steps=2, dynamic_sampling=False))
+
+
+def test_a_second_trainer_process_on_the_folder_is_an_error_naming_the_holder(model_dir, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from bsb.train.run_folder import RunLock; RunLock(sys.argv[1]); "
+         "print('held', flush=True); time.sleep(60)", str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ValueError, match=f"is in use by another bsb train \\(pid {holder.pid}\\)"):
+            Trainer(config(model_dir, out, steps=1))
+        assert not (out / "metrics.jsonl").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    Trainer(config(model_dir, out, steps=1, dynamic_sampling=False)).run()  # the kernel dropped the dead holder's lock
+
+
+def test_the_default_out_dir_names_the_run():
+    from bsb.train.config import TrainConfig
+
+    a, b = TrainConfig(), TrainConfig(selector="entropy")
+    assert a.out_dir.startswith("runs/walk-probe_js-seed0-") and b.out_dir.startswith("runs/walk-entropy-seed0-")
+    assert TrainConfig(lr=1e-5).out_dir != a.out_dir  # same name parts, another run: another folder
+    assert TrainConfig(steps=99, progress=False).out_dir == a.out_dir  # the same run, longer: resumed there
+    assert TrainConfig(out_dir="x").out_dir == "x"
+
+
 def test_a_resume_with_another_config_is_refused_unless_named(model_dir, tmp_path):
     out = tmp_path / "run"
     Trainer(config(model_dir, out, steps=1, dynamic_sampling=False)).run()
