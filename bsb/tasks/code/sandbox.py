@@ -17,15 +17,22 @@ user          as root: the program runs as an unprivileged uid with no supplemen
               ``no_new_privs``; it cannot signal the parent, write outside its directory, or read 0700 files
 namespaces    as root where ``unshare`` works: a network namespace with no interfaces up (no connections), a
               PID namespace (the parent is invisible, and every process of the run dies with it: nothing is left
-              running), a mount namespace that covers ``/tmp``, ``/var/tmp``, ``/dev/shm``, the home directory
-              and ``hide`` paths (the repository, data files, caches) with empty tmpfs
+              running), IPC and UTS namespaces, and a mount namespace
+root          with the namespaces: the run's own root file system (``sandbox_launch.build_root``): a read-only
+              tmpfs with ``/usr`` (and its links), ``/etc/ld.so.cache`` and four ``/dev`` nodes bound read-only,
+              a fresh ``/proc``; no ``/sys``, ``/run``, ``/var``, ``/etc``, ``/home`` or any other host path, so no
+              host socket, lock file, data file (the task's own problem files included) or layout is reachable;
+              ``/tmp/work`` is a ``nosuid,nodev`` tmpfs of ``disk_mb`` (the run's disk quota)
+keyring       a fresh session keyring (the caller's keys are not the program's)
 ============  ==============================================================================================
 
-What it does not stop: CPU-time side channels, reading world-readable system files (``/etc``, ``/usr``), and, where
-namespaces are unavailable (not root, or a container that forbids ``unshare``), network access and processes that
-leave their process group (the supervisor then kills the process group only). There is no seccomp filter: no
-maintained pure-Python seccomp package installs from PyPI here (libseccomp's bindings are Debian's), and the
-namespaces and the uid cover the same syscalls' effects.
+What it does not stop: CPU-time side channels; reading the world-readable files under ``/usr``; a memory budget across
+processes (``memory_mb`` bounds each process's address space, so a run holds at most ``memory_mb × max_processes``:
+a cgroup v2 leaf would bound the sum, and these machines have cgroup v1 only); new user namespaces inside the run
+(there is no seccomp filter: no maintained pure-Python seccomp package installs from PyPI here, libseccomp's
+bindings are Debian's; ``no_new_privs`` and the uid still apply inside one). Where namespaces are unavailable (not
+root, or a container that forbids ``unshare``): network access, the host's file tree (as the uid sees it), and
+processes that leave their process group (the supervisor then kills the process group only).
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from bsb.tasks.code.sandbox_launch import SYS_KEYCTL
 
 STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "killed")
 # a run in its own PID, network, mount, IPC and UTS namespaces, killed with its launcher, with its own /proc
@@ -87,7 +96,16 @@ def layers() -> dict[str, bool]:
             )
         except (OSError, subprocess.TimeoutExpired):
             ns = False
-    return {"process": True, "rlimits": True, "supervisor": True, "user": root, "namespaces": ns}
+    keyring = os.uname().machine in SYS_KEYCTL
+    return {
+        "process": True,
+        "rlimits": True,
+        "supervisor": True,
+        "user": root,
+        "namespaces": ns,
+        "root": ns,
+        "keyring": keyring,
+    }
 
 
 @lru_cache(maxsize=1)
@@ -104,15 +122,15 @@ def sandbox_python() -> str:
     return sys.executable
 
 
-def _hidden_paths(hide) -> list[str]:
-    here = Path(__file__).resolve().parents[2]  # the repository (or site-packages) holding bsb
-    cache = os.environ.get("BSB_CACHE", str(Path.home() / ".cache"))
-    paths = ["/tmp", "/var/tmp", "/dev/shm", str(Path.home()), cache, str(here), os.getcwd(), *map(str, hide)]
-    out: list[str] = []
-    for p in sorted({str(Path(p).resolve()) for p in paths if p and Path(p).exists()}):
-        if p != "/" and not any(p.startswith(q.rstrip("/") + "/") for q in out):  # a covered path's children are gone
-            out.append(p)
-    return out
+@lru_cache(maxsize=1)
+def _launcher_source() -> str:
+    return LAUNCHER.read_text()
+
+
+def _prefix(python: str) -> str:
+    """The installation the interpreter runs from (``/usr`` for a system python), bound read-only in the run's root."""
+    real = Path(os.path.realpath(python))
+    return str(real.parents[1]) if real.parent.name == "bin" else str(real.parent)
 
 
 def _base_dir() -> Path:
@@ -144,15 +162,16 @@ def run_program(
     output_limit: int = 1 << 20,
     max_processes: int = 32,
     max_file_mb: int = 16,
-    hide=(),
+    disk_mb: int = 64,
     slot: int = 0,
 ) -> SandboxResult:
     """Run the Python program ``source`` with ``stdin`` under every layer this machine allows; never raises for
-    anything the program does. ``output_limit``: bytes of stdout and of stderr kept (more ends the run)."""
-    if timeout_s <= 0 or memory_mb < 16 or output_limit < 1:
+    anything the program does. ``output_limit``: bytes of stdout and of stderr kept (more ends the run); ``disk_mb``:
+    what the run may write in all (its directory is a tmpfs of that size, with namespaces)."""
+    if timeout_s <= 0 or memory_mb < 16 or output_limit < 1 or disk_mb < 1:
         raise ValueError(
-            "timeout_s must be > 0, memory_mb >= 16 and output_limit >= 1; "
-            f"got {timeout_s}, {memory_mb}, {output_limit}"
+            "timeout_s must be > 0, memory_mb >= 16, output_limit >= 1 and disk_mb >= 1; "
+            f"got {timeout_s}, {memory_mb}, {output_limit}, {disk_mb}"
         )
     avail = layers()
     work = Path(tempfile.mkdtemp(prefix="run-", dir=_base()))
@@ -171,17 +190,21 @@ def run_program(
             nproc=int(max_processes),
             fsize_mb=int(max_file_mb),
             uid=uid,
-            hide=_hidden_paths(hide) if avail["namespaces"] else [],
+            isolate=avail["namespaces"],  # the run's own read-only root (sandbox_launch.build_root)
+            prefix=_prefix(sandbox_python()),
+            disk_mb=int(disk_mb),
         )
-        cmd = [sys.executable, "-I", "-S", "-B", str(LAUNCHER), json.dumps(spec)]
+        # the launcher's source on the command line, run by the sandbox's interpreter: /proc/1/cmdline, which the
+        # program can read, names no host path
+        cmd = [sandbox_python(), "-I", "-S", "-B", "-c", _launcher_source()]
         if avail["namespaces"]:
             cmd = [*UNSHARE, *cmd]
-        return _supervise(cmd, stdin, timeout_s, output_limit, str(work))
+        return _supervise(cmd, stdin, timeout_s, output_limit, str(work), json.dumps(spec))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _supervise(cmd: list[str], stdin: str, timeout_s: float, output_limit: int, cwd: str) -> SandboxResult:
+def _supervise(cmd: list[str], stdin: str, timeout_s: float, output_limit: int, cwd: str, spec: str) -> SandboxResult:
     start = time.perf_counter()
     proc = subprocess.Popen(
         cmd,
@@ -191,7 +214,7 @@ def _supervise(cmd: list[str], stdin: str, timeout_s: float, output_limit: int, 
         cwd=cwd,
         close_fds=True,
         start_new_session=True,
-        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "BSB_SANDBOX_SPEC": spec},  # not argv: /proc/1/cmdline
     )
     writer = threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True)
     writer.start()

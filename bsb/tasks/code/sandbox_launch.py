@@ -1,10 +1,22 @@
-"""The sandbox's launcher (see :mod:`bsb.tasks.code.sandbox`), run as ``python -I -S -B sandbox_launch.py SPEC``.
+"""The sandbox's launcher (see :mod:`bsb.tasks.code.sandbox`), run as ``python -I -S -B sandbox_launch.py`` with its
+spec in ``$BSB_SANDBOX_SPEC`` (not on the command line: ``/proc/1/cmdline`` is world-readable, the environment of
+PID 1 is not).
 
-Standard library only. Inside the run's namespaces (when the sandbox has them) it is PID 1 and root: it covers the
-``hide`` paths with empty tmpfs, forks, and in the child sets the rlimits, drops to the sandbox uid (no groups,
-``no_new_privs``), enters the run's directory and executes the program. It reaps
-every process of the run and exits with the program's code, or 128 + the signal that ended it; when it exits, the
-kernel kills whatever is left in the PID namespace. Its own failures exit 125 with a "bsb-sandbox:" line.
+Standard library only. Inside the run's namespaces (when the sandbox has them) it is PID 1 and root. It builds the
+run's root file system and ``pivot_root``\ s into it, so nothing of the host's tree is visible but read-only system
+directories:
+
+* a fresh tmpfs as ``/`` with ``/usr`` (and the merged-usr links ``/bin``, ``/lib``, ``/lib64``, ``/sbin``), the
+  interpreter's own prefix where it lives elsewhere, and ``/etc/ld.so.cache`` bound read-only, ``nosuid,nodev``;
+* ``/dev`` with ``null``, ``zero``, ``random`` and ``urandom`` only; a fresh ``/proc`` of the PID namespace; no
+  ``/sys``, ``/run``, ``/var``, ``/home`` or ``/etc``: no host sockets, locks, data files or layout to find;
+* ``/tmp/work``, the run's directory, a tmpfs of ``disk_mb`` (``nosuid,nodev``) holding a copy of the program: the
+  run's disk quota, gone with the run.
+
+Then it forks; the child joins a fresh session keyring, sets the rlimits, drops to the sandbox uid (no groups,
+``no_new_privs``), enters ``/tmp/work`` and executes the program. The launcher reaps every process of the run and
+exits with the program's code, or 128 + the signal that ended it; when it exits, the kernel kills whatever is left in
+the PID namespace. Its own failures exit 125 with a "bsb-sandbox:" line.
 """
 
 import ctypes
@@ -13,9 +25,16 @@ import os
 import resource
 import sys
 
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 1 << 12, 1 << 14, 1 << 18
-VISIBLE = "/tmp/work"  # where the run's directory appears once /tmp is covered
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 1 << 12, 1 << 14, 1 << 18
+MNT_DETACH = 2
+VISIBLE = "/tmp/work"  # the run's directory, as the program sees it
 PR_SET_NO_NEW_PRIVS = 38
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+KEYCTL_JOIN_SESSION_KEYRING = 1
+SYSTEM = ("/usr", "/bin", "/lib", "/lib64", "/sbin")  # read-only in the run's root (links where they are links)
+DEVICES = ("null", "zero", "random", "urandom")
 
 
 def fail(msg: str) -> None:
@@ -24,27 +43,79 @@ def fail(msg: str) -> None:
     os._exit(125)
 
 
+def _mount(libc, source, target, fstype=None, flags=0, data=None):
+    enc = lambda x: None if x is None else x.encode()  # noqa: E731
+    if libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
+        fail(f"mounting {target} failed (errno {ctypes.get_errno()})")
+
+
+def _bind_ro(libc, source: str, target: str) -> None:
+    _mount(libc, source, target, None, MS_BIND | MS_REC)
+    _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def build_root(libc, spec: dict, program: bytes) -> None:
+    """The run's root file system (see the module docstring), then ``pivot_root`` into it."""
+    _mount(libc, "none", "/", None, MS_REC | MS_PRIVATE)
+    new = "/tmp/bsb-root"
+    _mount(libc, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")  # a place to build it
+    os.mkdir(new)
+    _mount(libc, "tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for path in SYSTEM:
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), new + path)
+        elif os.path.isdir(path):
+            os.mkdir(new + path)
+            _bind_ro(libc, path, new + path)
+    prefix = spec.get("prefix")
+    if prefix and not any(prefix == p or prefix.startswith(p + "/") for p in SYSTEM):
+        os.makedirs(new + prefix)
+        _bind_ro(libc, prefix, new + prefix)
+    os.mkdir(new + "/etc")
+    if os.path.isfile("/etc/ld.so.cache"):
+        open(new + "/etc/ld.so.cache", "w").close()
+        _bind_ro(libc, "/etc/ld.so.cache", new + "/etc/ld.so.cache")
+    os.mkdir(new + "/dev")
+    for name in DEVICES:
+        open(f"{new}/dev/{name}", "w").close()
+        _mount(libc, f"/dev/{name}", f"{new}/dev/{name}", None, MS_BIND)
+    os.mkdir(new + "/proc")
+    os.makedirs(new + VISIBLE)
+    _mount(libc, "tmpfs", new + VISIBLE, "tmpfs", MS_NOSUID | MS_NODEV, f"size={spec['disk_mb']}m,mode=0700")
+    with open(new + VISIBLE + "/prog.py", "wb") as f:
+        f.write(program)
+    if spec["uid"] is not None:
+        os.chown(new + VISIBLE, spec["uid"], spec["uid"])
+        os.chown(new + VISIBLE + "/prog.py", spec["uid"], spec["uid"])
+    _mount(libc, None, new, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)  # the root itself: read-only
+    os.chdir(new)
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None or libc.syscall(number, b".", b".") != 0:  # the old root is stacked beneath, then detached
+        fail(f"pivot_root failed (errno {ctypes.get_errno()})")
+    if libc.umount2(b".", MNT_DETACH) != 0:
+        fail(f"detaching the host's root failed (errno {ctypes.get_errno()})")
+    os.chdir("/")
+    _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
 def main() -> None:
-    spec = json.loads(sys.argv[1])
+    spec = json.loads(os.environ["BSB_SANDBOX_SPEC"])
     libc = ctypes.CDLL(None, use_errno=True)
-    work = os.open(spec["workdir"], os.O_RDONLY | os.O_DIRECTORY)
-    if spec["hide"]:
-        if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-            fail(f"making mounts private failed (errno {ctypes.get_errno()})")
-        for path in spec["hide"]:
-            if libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=64k,mode=0755") != 0:
-                fail(f"covering {path} failed (errno {ctypes.get_errno()})")
-        # the run's own directory, bound into the covered /tmp (the interpreter opens the program by absolute path)
-        os.mkdir(VISIBLE)
-        if libc.mount(f"/proc/self/fd/{work}".encode(), VISIBLE.encode(), None, MS_BIND, None) != 0:
-            fail(f"binding the run's directory failed (errno {ctypes.get_errno()})")
-        os.close(work)
+    if spec["isolate"]:
+        with open(os.path.join(spec["workdir"], "prog.py"), "rb") as f:
+            program = f.read()
+        build_root(libc, spec, program)
         work = os.open(VISIBLE, os.O_RDONLY | os.O_DIRECTORY)
+    else:
+        work = os.open(spec["workdir"], os.O_RDONLY | os.O_DIRECTORY)
     child = os.fork()
     if child == 0:
         try:
             os.fchdir(work)
             os.close(work)
+            keyctl = SYS_KEYCTL.get(os.uname().machine)
+            if keyctl is not None and libc.syscall(keyctl, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+                fail(f"joining a fresh session keyring failed (errno {ctypes.get_errno()})")
             mb = 1 << 20
             resource.setrlimit(resource.RLIMIT_CPU, (spec["cpu_s"], spec["cpu_s"] + 1))
             resource.setrlimit(resource.RLIMIT_AS, (spec["memory_mb"] * mb, spec["memory_mb"] * mb))

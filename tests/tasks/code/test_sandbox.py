@@ -4,7 +4,9 @@ that need it say so and skip."""
 
 import os
 import signal
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -80,7 +82,8 @@ def test_writing_outside_the_working_directory_fails(tmp_path):
             "    try:\n        open(p, 'w').write('x')\n        print('WROTE', p)\n    except OSError as e:\n        print('denied', p, type(e).__name__)\n"
             "open('/etc/bsb-escaped', 'w').write('x')")
     r = run_program(prog, **LIMITS)
-    assert r.status == "error" and "PermissionError" in r.reason
+    # in its own root the host's /etc is not there and / is read-only; as a plain uid, /etc is root's
+    assert r.status == "error" and ("Read-only file system" if layers()["namespaces"] else "PermissionError") in r.reason
     assert "WROTE" not in r.stdout and not target.exists() and not os.path.exists("/etc/bsb-escaped")
     ok = run_program("open('mine.txt', 'w').write('x')\nprint(open('mine.txt').read())", **LIMITS)
     assert ok.status == "ok" and ok.stdout == "x\n"  # its own directory is writable
@@ -100,7 +103,7 @@ def test_the_hidden_tests_and_the_graders_files_cannot_be_read(tmp_path):
     import bsb
 
     prog = (f"print(open({str(hidden)!r}).read())\n")
-    r = run_program(prog, hide=[tmp_path], **LIMITS)
+    r = run_program(prog, **LIMITS)
     assert r.status == "error" and "FileNotFoundError" in r.reason and "secret" not in r.stdout
     r = run_program(f"print(open({bsb.__file__!r}).read()[:50])", **LIMITS)
     assert r.status == "error" and "FileNotFoundError" in r.reason
@@ -165,3 +168,108 @@ def test_a_pool_whose_interpreter_cannot_run_is_refused_at_once(monkeypatch, tmp
     finally:
         monkeypatch.delenv("BSB_SANDBOX_PYTHON")
         sandbox.sandbox_python.cache_clear()
+
+
+# ------------------------------------------------------------------ the run's own root: the escapes found, closed
+
+
+@needs_ns
+def test_run_lock_and_var_lock_are_not_the_hosts():
+    """Found: /run/lock (= /var/lock) was the host's, world-writable: files persisted and passed between runs."""
+    marker = f"bsb-escape-{os.getpid()}"
+    prog = (f"import os\nfor d in ['/run/lock', '/var/lock', '/run', '/var/tmp', '/dev/shm']:\n"
+            f"    try:\n        open(os.path.join(d, {marker!r}), 'w').write('x')\n        print('WROTE', d)\n"
+            "    except OSError as e:\n        print('denied', d, e.errno)\n")
+    r = run_program(prog, **LIMITS)
+    assert r.status == "ok" and "WROTE" not in r.stdout, r.stdout
+    assert not any(os.path.exists(f"{d}/{marker}") for d in ("/run/lock", "/var/lock", "/run", "/var/tmp", "/dev/shm"))
+
+
+@needs_ns
+def test_a_host_unix_socket_is_unreachable(tmp_path):
+    """Found: a filesystem UNIX socket outside the covered paths exchanged data with the program."""
+    import socket
+    import tempfile
+    import threading
+
+    where = Path(tempfile.mkdtemp(dir="/srv" if os.access("/srv", os.W_OK) else "/var/lib"))
+    path = where / "s.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    os.chmod(where, 0o755)
+    os.chmod(path, 0o777)
+    listener.listen(1)
+    listener.settimeout(8)
+    got = []
+    threading.Thread(target=lambda: got.append(listener.accept()), daemon=True).start()
+    try:
+        prog = (f"import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({str(path)!r})\n"
+                "    s.sendall(b'hello')\n    print('CONNECTED')\nexcept OSError as e:\n    print('refused', e.errno)\n")
+        r = run_program(prog, **LIMITS)
+    finally:
+        listener.close()
+        path.unlink(missing_ok=True)
+        where.rmdir()
+    assert r.status == "ok" and "CONNECTED" not in r.stdout and not got
+
+
+@needs_ns
+def test_the_program_has_its_own_session_keyring():
+    """Found: the program shared root's session keyring (read, revoked and added root's keys)."""
+    import ctypes
+
+    prog = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "print(libc.syscall(250, 0, -3, 0))\n")  # keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, no create)
+    if os.uname().machine != "x86_64":
+        pytest.skip("the keyctl syscall number here is x86_64's")
+    mine = ctypes.CDLL(None, use_errno=True).syscall(250, 0, -3, 1)
+    r = run_program(prog, **LIMITS)
+    assert r.status == "ok" and int(r.stdout) > 0 and int(r.stdout) != mine
+
+
+@needs_ns
+def test_the_tasks_data_files_are_never_visible(tmp_path):
+    """Found: CodeTask never hid its own problem file: a program that found it printed the stored answer."""
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(dir="/srv" if os.access("/srv", os.W_OK) else "/var/lib"))
+    data = where / "problems.jsonl"
+    data.write_text('{"answer": "stored-secret"}\n')
+    os.chmod(where, 0o755)
+    os.chmod(data, 0o644)
+    try:
+        prog = (f"import os\nfor p in [{str(data)!r}, '/etc/passwd', '/sys/class/net', '/home', '/work', '/root']:\n"
+                "    print(p, os.path.exists(p))\n"
+                f"print(open({str(data)!r}).read())\n")
+        r = run_program(prog, **LIMITS)
+    finally:
+        data.unlink()
+        where.rmdir()
+    assert r.status == "error" and "FileNotFoundError" in r.reason and "stored-secret" not in r.stdout
+    assert all(line.endswith("False") for line in r.stdout.splitlines()), r.stdout
+
+
+@needs_ns
+def test_the_run_directory_is_a_nosuid_tmpfs_of_disk_mb():
+    """Found: 1 GB written into the run's folder in 3.6 s; setuid bits allowed in /tmp/work."""
+    prog = ("import os\nopts = [l for l in open('/proc/self/mountinfo') if ' /tmp/work ' in l][0]\n"
+            "print('nosuid' in opts.split()[5], 'nodev' in opts.split()[5])\n"
+            "for i in range(8):\n    open(f'f{i}', 'wb').write(b'x' * (10 << 20))\n")
+    r = run_program(prog, disk_mb=32, **LIMITS)
+    assert r.stdout.splitlines()[0] == "True True"
+    assert r.status == "error" and "No space left on device" in r.stderr
+    assert run_program("open('f', 'wb').write(b'x' * (10 << 20))", disk_mb=32, **LIMITS).ok
+
+
+@needs_ns
+def test_the_host_layout_is_not_readable_from_proc():
+    """Found: /proc/1/cmdline and /proc/self/mountinfo showed host paths."""
+    import bsb
+
+    repo = str(Path(bsb.__file__).resolve().parents[1])
+    r = run_program("print(open('/proc/1/cmdline').read())", **LIMITS)
+    assert r.ok and repo not in r.stdout and sys.executable not in r.stdout  # the launcher names no host path
+    r = run_program("print('\\n'.join(l.split()[4] for l in open('/proc/self/mountinfo')))", **LIMITS)
+    mounts = set(r.stdout.split())
+    assert r.ok and mounts <= {"/", "/usr", "/etc/ld.so.cache", "/proc", "/tmp/work", "/dev/null", "/dev/zero",
+                               "/dev/random", "/dev/urandom", str(Path(sys.executable).resolve().parents[1])}, mounts
