@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from bsb.commands import COMMANDS
@@ -19,8 +20,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Bad input (a value, a file, YAML or JSON, a path that is a folder, an input too big to hold) is
+    one usage line and exit 2, whatever raised it; ``BSB_DEBUG=1`` shows the traceback instead."""
     args = build_parser().parse_args(argv)
-    return args._main(args, args._parser)
+    try:
+        return args._main(args, args._parser)
+    except INPUT_ERRORS as err:
+        if os.environ.get("BSB_DEBUG"):
+            raise
+        args._parser.error(_one_line(err))
+
+
+def _input_errors() -> tuple[type[BaseException], ...]:
+    import json
+
+    import yaml
+
+    return (ValueError, OSError, yaml.YAMLError, json.JSONDecodeError, UnicodeError, RecursionError, MemoryError)
+
+
+def _one_line(err: BaseException) -> str:
+    if isinstance(err, RecursionError):
+        return "an input is nested too deeply to read"
+    if isinstance(err, MemoryError):
+        return "an input or a size is too large to hold in memory"
+    text = " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, OSError) and err.filename is not None and str(err.filename) not in text:
+        text = f"{err.filename}: {text}"
+    return text[:2000]
+
+
+INPUT_ERRORS = _input_errors()
 
 
 if __name__ == "__main__":

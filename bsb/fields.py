@@ -17,3 +17,27 @@ def help_field(default, help: str, **cli):
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def check_values(obj) -> None:
+    """Every field of the dataclass ``obj`` holds a value of its declared kind: a float field a finite number (NaN and
+    infinities are typos, never settings), an int field an integer that is not a bool; one ``ValueError`` naming the
+    field otherwise."""
+    import dataclasses
+    import math
+    import types
+    import typing
+
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        hint, value = hints.get(f.name), getattr(obj, f.name)
+        if value is None:
+            continue
+        kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        kinds = [k for k in kinds if k is not type(None)]
+        if kinds == [float] and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+        ):
+            raise ValueError(f"invalid config: {f.name} must be a finite number, got {value!r}")
+        if kinds == [int] and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"invalid config: {f.name} must be an integer, got {value!r}")

@@ -13,6 +13,8 @@ import dataclasses
 import types
 import typing
 
+from bsb.fields import check_values
+
 
 def _base(hint):
     """The non-None type of an annotation (``int | None`` -> ``int``)."""
@@ -84,6 +86,24 @@ def from_args(cls, args: argparse.Namespace, parser: argparse.ArgumentParser, **
         kwargs[f.name] = value
     kwargs.update(values)
     try:
-        return cls(**kwargs)
+        cfg = cls(**kwargs)
+        check_values(cfg)  # NaN, infinities, bools where numbers belong
+        too_big = [f.name for f in dataclasses.fields(cfg) if _is_size(f.name) and _over(getattr(cfg, f.name))]
+        if too_big:
+            raise ValueError(f"{', '.join(too_big)} beyond any run (at most {MAX_SIZE:,}): a typo?")
+        return cfg
     except ValueError as err:
         parser.error(str(err))
+
+
+MAX_SIZE = (
+    10_000_000  # problems, chains, samples, tokens: a count beyond this is a typo that would hang or exhaust memory
+)
+
+
+def _is_size(name: str) -> bool:
+    return "seed" not in name
+
+
+def _over(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > MAX_SIZE

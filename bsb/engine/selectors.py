@@ -60,7 +60,29 @@ def probe_value_problems(probe) -> list[str]:
         out.append(f"lens_readout must be one of {', '.join(LENS_READOUTS)}, got {lens_readout!r}")
     if not window or len(window) != 2 or not 0 <= window[0] < window[1]:
         out.append(f"margin_window must be [lo, hi) with 0 <= lo < hi, got {margin_window}")
+    eps, gap = getattr(probe, "lens_eps", 0.1), getattr(probe, "gap_threshold", 0.5)
+    if not 0 < eps < 1:
+        out.append(f"lens_eps must be in (0, 1), got {eps}")
+    if not math.isfinite(gap):
+        out.append(f"gap_threshold must be a finite number, got {gap}")
+    layers = getattr(probe, "lens_layers", None)
+    if layers is not None and (
+        not isinstance(layers, list | tuple)
+        or not layers
+        or any(isinstance(x, bool) or not isinstance(x, int) for x in layers)
+    ):
+        out.append(f"lens_layers must be a non-empty list of layer indices (or None: all), got {layers!r}")
     return out
+
+
+def check_against_model(config, vocab_size: int, n_layers: int) -> None:
+    """The probe values that depend on the model, checked once it is known: ``top_k`` within the vocabulary and
+    ``lens_layers`` among its decoder layers (one error before any training)."""
+    if config.top_k > vocab_size:
+        raise ValueError(f"invalid config: top_k = {config.top_k} exceeds the model's vocabulary of {vocab_size}")
+    bad = [x for x in config.lens_layers or [] if not -n_layers <= x < n_layers]
+    if bad:
+        raise ValueError(f"invalid config: lens_layers {bad} are not layers of this {n_layers}-layer model")
 
 
 @dataclass

@@ -52,7 +52,11 @@ def make_task(name: str, options: Mapping | None = None) -> Task:
         raise ValueError(
             f"task {name!r} has no option(s) {', '.join(unknown)}; its options are: {', '.join(params) or 'none'}"
         )
-    task = cls(**options)
+    try:
+        task = cls(**options)
+    except (TypeError, KeyError, AttributeError) as err:  # an option of the wrong kind (a list where a number goes...)
+        shown = ", ".join(f"{k}={v!r}" for k, v in options.items()) or "none"
+        raise ValueError(f"task {name!r} cannot take the options {shown}: {type(err).__name__}: {err}") from None
     check_task(task, name)
     return task
 

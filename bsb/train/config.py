@@ -16,6 +16,7 @@ from pathlib import Path
 from bsb.engine.device import check_device_name, check_dtype_name
 from bsb.engine.probe import ProbeConfig
 from bsb.engine.selectors import SELECTORS
+from bsb.fields import check_values
 from bsb.fields import help_field as _f
 from bsb.registry import import_plugins
 from bsb.tasks.prompting import PROMPT_FORMATS
@@ -24,6 +25,26 @@ from bsb.train.loss import LOSS_AGGS, LOSSES
 from bsb.train.samplers import EARLY_EOS_RULES
 
 ROLLOUTS = ("tree", "two_stage", "flat")
+# upper bounds on counts where a typo would allocate without end or run for days before failing
+SIZE_LIMITS = {
+    "chains": 4096,
+    "siblings": 4096,
+    "gen_prompts": 1_000_000,
+    "prompts_per_step": 1_000_000,
+    "val_problems": 1_000_000,
+    "val_samples": 4096,
+    "max_gen_rounds": 1000,
+    "max_refills": 1000,
+    "minibatches": 65536,
+    "micro_batch": 65536,
+    "grad_accum_questions": 1_000_000,
+    "max_prompt_len": 10_000_000,
+    "max_response_len": 10_000_000,
+    "steps": 1_000_000_000,
+    "max_candidates": 65536,
+    "top_k": 1_000_000,
+    "read_len": 65536,
+}
 HOMOGENEOUS = ("zero_grad_step", "skip_step", "backward")
 BACKENDS = ("auto", "vllm", "hf")
 KEEP_BY = ("accuracy", "reward")
@@ -258,6 +279,11 @@ class TrainConfig(ProbeConfig):
             ("{prompt}" in self.prompt_template, "prompt_template must contain {prompt}"),
             (self.dist_timeout_s >= 1, f"dist_timeout_s must be >= 1, got {self.dist_timeout_s}"),
         ]
+        check_values(self)  # floats finite, ints not bools
+        too_big = [
+            f"{k} = {getattr(self, k)} (at most {n})" for k, n in SIZE_LIMITS.items() if (getattr(self, k) or 0) > n
+        ]
+        checks.append((not too_big, f"sizes beyond any run, a typo? {'; '.join(too_big)}"))
         for ok, message in checks:
             if not ok:
                 raise ValueError(f"invalid config: {message}")
@@ -390,8 +416,11 @@ def _fields() -> list[dataclasses.Field]:
 def _coerce(name: str, hint, value):
     """YAML reads ``1e-4`` as a string (YAML 1.1): convert numbers by the field's type, and name the field when
     a value does not fit."""
+    optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
     if value is None:
-        return None
+        if optional or hint is typing.Any:
+            return None
+        raise ValueError(f"invalid config: {name} needs a value")
     base = (
         [t for t in typing.get_args(hint) if t is not type(None)]
         if typing.get_origin(hint) in (typing.Union, types.UnionType)
@@ -399,9 +428,11 @@ def _coerce(name: str, hint, value):
     )
     target = base[0] if len(base) == 1 else None
     try:
-        if target is float and not isinstance(value, bool):
+        if target in (float, int) and isinstance(value, bool):  # YAML's true is not a number
+            raise ValueError
+        if target is float:
             return float(value)
-        if target is int and not isinstance(value, bool):
+        if target is int:
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError
             return int(value)

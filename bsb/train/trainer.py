@@ -40,7 +40,7 @@ from bsb.engine.backend import capabilities
 from bsb.engine.boundaries import newline_token_mask
 from bsb.engine.device import check_colocation, resolve_device, resolve_dtype
 from bsb.engine.probe import answer_tokens, resolve
-from bsb.engine.selectors import SelectorConfig, make_selector
+from bsb.engine.selectors import SelectorConfig, check_against_model, make_selector
 from bsb.tasks.base import Problem
 from bsb.tasks.prompting import render_prompt
 from bsb.tasks.registry import make_task
@@ -128,6 +128,7 @@ class Trainer:
         warm = max(1, cfg.warmup_steps)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
         self.reward_cfg = RewardConfig(cfg.max_response_len, cfg.overlong_buffer, cfg.overlong_factor)
+        check_against_model(cfg, self.hf.vocab_size, self.policy.config.num_hidden_layers)
         self.selector = make_selector(cfg.selector, self.selector_config())
         self.step, self.active_steps = 0, 0
         if resuming:

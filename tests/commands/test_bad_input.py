@@ -1,0 +1,55 @@
+"""Every command, every bad input: one usage line (``bsb <command>: error: ...``) and exit 2, within seconds; never a
+traceback, a hang, or a bad value accepted (issue 24 item 3's cases, each failing before)."""
+
+import time
+
+import pytest
+
+from bsb.cli import main
+
+CASES = [
+    (["train", "--config", "{tmp}"], "Is a directory"),
+    (["train", "--config", "{tmp}/missing.yaml"], "No such file"),
+    (["train", "--config", "{tmp}/bad.yaml"], "mapping values are not allowed|could not find|expected"),
+    (["train", "--set", "steps="], "steps needs a value"),
+    (["train", "--set", "steps=true"], "steps expects int, got True"),
+    (["train", "--set", "temperature=.inf"], "temperature must be a finite number"),
+    (["train", "--set", "overlong_factor=.nan"], "overlong_factor must be a finite number"),
+    (["train", "--set", "clip_high=.inf"], "clip_high must be a finite number"),
+    (["train", "--set", "chains=100000000"], "chains = 100000000 \\(at most 4096\\)"),
+    (["train", "--set", "val_problems=1000000000000"], "val_problems = 1000000000000"),
+    (["train", "--set", "top_k=1000000000"], "top_k = 1000000000"),
+    (["train", "--set", "lens_eps=-1"], "lens_eps must be in \\(0, 1\\)"),
+    (["train", "--set", "gap_threshold=.nan"], "gap_threshold must be a finite number"),
+    (["train", "--set", "lens_layers=[]"], "lens_layers must be a non-empty list"),
+    (["train", "--set", "task_options.ops="], "cannot take the options ops=None"),
+    (["train", "--set", "task=subprocess:Popen", "task_options={args: [touch, {tmp}/ran]}"], "does not satisfy the Task protocol"),
+    (["train", "--set", "lens_layers=[99]", "out_dir={tmp}/a"], "lens_layers \\[99\\] are not layers"),
+    (["train", "--set", "top_k=100000", "out_dir={tmp}/b"], "top_k = 100000 exceeds the model's vocabulary"),
+    (["validate", "--temperature", "nan"], "temperature"),
+    (["evaluate", "--temperature", "inf"], "temperature must be a finite number"),
+    (["evaluate", "--n-problems", "1000000000000"], "n_problems beyond any run"),
+    (["demo", "--temperature", "nan"], "temperature"),
+    (["data", "{tmp}"], "Is a directory|unknown problem file type"),
+    (["data", "{tmp}/missing.jsonl"], "missing.jsonl"),
+    (["cost", "--memory", "{tmp}/missing.yaml"], "no config file or folder"),
+    (["cost", "--gpu-gb", "nan", "--memory", "configs/paper"], "gpu_gb must be a finite number"),
+]
+
+
+@pytest.mark.parametrize("argv,message", CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_a_bad_input_is_one_usage_line_and_exit_2(argv, message, tmp_path, capsys, monkeypatch):
+    import re
+
+    monkeypatch.chdir(pytest.importorskip("pathlib").Path(__file__).resolve().parents[2])
+    (tmp_path / "bad.yaml").write_text("steps: 3\n  chains: [1,\n")
+    start = time.monotonic()
+    with pytest.raises(SystemExit) as done:
+        main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    err = capsys.readouterr().err
+    assert done.value.code == 2
+    assert time.monotonic() - start < 15
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"bsb {argv[0]}: error: ") and re.search(message, last), last
+    assert not (tmp_path / "ran").exists()  # a module:Class that is not a Task is never constructed
