@@ -32,7 +32,7 @@ from pathlib import Path
 
 from bsb.tasks.base import Problem
 from bsb.tasks.data.files import read_rows, rows_to_problems
-from bsb.tasks.data.schemas import RowError
+from bsb.tasks.data.schemas import RowError, as_text
 
 FORMATS = ("deepcoder", "livecodebench")
 
@@ -58,6 +58,9 @@ class CodeTests:
         return len(self.inputs)
 
 
+MAX_DECOMPRESSED = 512 << 20  # one problem's compressed hidden tests, inflated (LiveCodeBench's largest are ~100 MB)
+
+
 class _StringsOnly(pickle.Unpickler):
     def find_class(self, module, name):  # no class may be loaded: a data file must not run code
         raise RowError(f"the pickled tests name {module}.{name}: only strings are accepted")
@@ -71,8 +74,14 @@ def _decode(raw, field: str):
         return json.loads(raw)
     except json.JSONDecodeError:
         pass
+    except RecursionError:
+        raise RowError(f"field {field!r}: JSON nested too deeply") from None
     try:
-        text = _StringsOnly(io.BytesIO(zlib.decompress(base64.b64decode(raw)))).load()
+        inflate = zlib.decompressobj()
+        data = inflate.decompress(base64.b64decode(raw), MAX_DECOMPRESSED + 1)
+        if len(data) > MAX_DECOMPRESSED or inflate.unconsumed_tail:
+            raise RowError(f"field {field!r} decompresses to over {MAX_DECOMPRESSED:,} bytes")
+        text = _StringsOnly(io.BytesIO(data)).load()
     except RowError:
         raise
     except Exception as err:  # noqa: BLE001 - any decoding failure is a malformed field
@@ -85,6 +94,8 @@ def _decode(raw, field: str):
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise RowError(f"field {field!r}: compressed JSON does not parse ({err.msg})") from None
+    except RecursionError:
+        raise RowError(f"field {field!r}: JSON nested too deeply") from None
 
 
 def _args_text(value) -> str:
@@ -103,11 +114,11 @@ def _out_text(value, style: str) -> str:
             except json.JSONDecodeError:
                 return json.dumps(value)
         return json.dumps(value[0] if isinstance(value, list) and len(value) == 1 else value)
-    if isinstance(value, list):
-        value = "\n".join(map(str, value))
     if value is None:
         raise RowError("a test without an expected output")
-    return str(value)
+    if isinstance(value, list):
+        return "\n".join(as_text(v, "output") for v in value)
+    return as_text(value, "output")
 
 
 STYLE = {
@@ -150,7 +161,7 @@ def parse_tests(raw, field: str, fn_hint: str | None = None) -> CodeTests:
         if t.get("output") is None:
             raise RowError(f"field {field!r}, test {j}: no expected 'output'")
         fn = t.get("fn_name") or (t.get("metadata") or {}).get("func_name") or fn
-        ins.append(_args_text(t["input"]) if style == "function" else str(t["input"]))
+        ins.append(_args_text(t["input"]) if style == "function" else as_text(t["input"], f"{field}[{j}].input"))
         outs.append(_out_text(t["output"], style))
     if len(styles) > 1:
         raise RowError(f"field {field!r}: tests mix styles {sorted(styles)}")
@@ -164,19 +175,22 @@ def _meta(raw) -> dict:
 
 def _deepcoder(row: dict, i: int, stem: str) -> Problem:
     text = row.get("problem") or row.get("question")
-    if not text or not str(text).strip():
+    if not text or not as_text(text, "problem").strip():
         raise RowError("missing or empty field 'problem'")
     meta = _meta(row.get("metadata"))
     tests = parse_tests(row.get("tests"), "tests", meta.get("func_name"))
     pid = str(row.get("id") or row.get("problem_id") or f"{stem}-{i}")
     return Problem(
-        pid, str(text).strip(), tests, {"starter_code": row.get("starter_code") or "", "source": "deepcoder"}
+        pid,
+        as_text(text, "problem").strip(),
+        tests,
+        {"starter_code": row.get("starter_code") or "", "source": "deepcoder"},
     )
 
 
 def _livecodebench(row: dict, i: int, stem: str) -> Problem:
     text = row.get("question_content")
-    if not text or not str(text).strip():
+    if not text or not as_text(text, "question_content").strip():
         raise RowError("missing or empty field 'question_content'")
     meta = _meta(row.get("metadata"))
     public = (
@@ -205,7 +219,7 @@ def _livecodebench(row: dict, i: int, stem: str) -> Problem:
         "contest_date": str(row.get("contest_date") or ""),
         "source": "livecodebench",
     }
-    return Problem(pid, str(text).strip(), tests, meta_out)
+    return Problem(pid, as_text(text, "question_content").strip(), tests, meta_out)
 
 
 READERS = {"deepcoder": _deepcoder, "livecodebench": _livecodebench}

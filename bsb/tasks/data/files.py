@@ -42,21 +42,43 @@ def read_rows(path: str | Path) -> list[tuple[str, object]]:
         with path.open(newline="", encoding="utf-8") as f:
             return [(f"row {i}", dict(r)) for i, r in enumerate(csv.DictReader(f))]
     if path.suffix == ".json":
-        data = json.loads(path.read_text())
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
+        data = _json(text, f"{path}")
         if not isinstance(data, list):
             raise ValueError(f"{path}: a .json problem file holds a list of objects")
         return [(f"row {i}", r) for i, r in enumerate(data)]
     if path.suffix == ".jsonl":
         rows = []
-        for n, line in enumerate(path.read_text().splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((f"line {n}", json.loads(line)))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{n}: not a JSON object ({err.msg}); one problem per line") from None
+        with path.open("rb") as f:
+            for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), start=1):
+                if len(raw) > MAX_LINE_BYTES:
+                    raise ValueError(
+                        f"{path}:{n}: a line over {MAX_LINE_BYTES >> 20} MiB; one problem per line, each a JSON object"
+                    )
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise ValueError(f"{path}:{n}: not UTF-8 text") from None
+                if line.strip():
+                    rows.append((f"line {n}", _json(line, f"{path}:{n}")))
         return rows
     raise ValueError(f"{path}: unknown problem file type {path.suffix!r}; use {', '.join(SUFFIXES)}")
+
+
+MAX_LINE_BYTES = 64 << 20  # one JSONL problem (hidden tests included); a longer line is refused before it is parsed
+
+
+def _json(text: str, where: str):
+    """Parsed JSON; a syntax error, a nesting too deep for the parser or a non-UTF-8 byte names ``where``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not a JSON object ({err.msg}); one problem per line") from None
+    except RecursionError:
+        raise ValueError(f"{where}: JSON nested too deeply to be a problem") from None
 
 
 def rows_to_problems(

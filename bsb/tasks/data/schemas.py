@@ -30,6 +30,7 @@ plain      ``prompt`` | ``problem`` | ``question`` and ``answer`` | ``final_answ
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -45,11 +46,36 @@ class RowError(ValueError):
     """A row that cannot be read; the loader adds the file and the row."""
 
 
+def as_text(value, field: str) -> str:
+    """``value`` as text where text belongs: a string (or a finite number, written as read); a null, a mapping, a list
+    or a bool is a :class:`RowError`, never its ``repr`` as a prompt, a gold answer or a test's stdin; so is a string
+    that is not valid Unicode (a lone surrogate), refused here rather than when it is graded."""
+    if isinstance(value, bool) or value is None or isinstance(value, Mapping | list | tuple | set):
+        raise RowError(f"field {field!r}: expected text, got {'null' if value is None else type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RowError(f"field {field!r}: expected text, got {value!r}")
+    text = value if isinstance(value, str) else str(value) if isinstance(value, int | float) else None
+    if text is None:
+        raise RowError(f"field {field!r}: expected text, got {type(value).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RowError(f"field {field!r}: not valid Unicode text (a lone surrogate)") from None
+    return text
+
+
+def _blank(value) -> bool:
+    return isinstance(value, str) and not value.strip()
+
+
 def _text(row: Mapping, name: str) -> str:
     value = row.get(name)
-    if value is None or not str(value).strip():
+    if value is None or (isinstance(value, str) and not value.strip()):
         raise RowError(f"missing or empty field {name!r}")
-    return str(value).strip()
+    text = as_text(value, name).strip()
+    if not text:
+        raise RowError(f"missing or empty field {name!r}")
+    return text
 
 
 def _strip_dollars(s: str) -> str:
@@ -78,20 +104,26 @@ def read_verl(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
         if "role" not in m or "content" not in m:
             raise RowError("field 'prompt': every message needs 'role' and 'content'")
     rm = row.get("reward_model")
-    if not isinstance(rm, Mapping) or rm.get("ground_truth") is None or not str(rm.get("ground_truth")).strip():
+    if not isinstance(rm, Mapping) or rm.get("ground_truth") is None:
         raise RowError("missing field 'reward_model.ground_truth'")
-    user = [str(m["content"]) for m in messages if m["role"] == "user"]
+    gold = as_text(rm["ground_truth"], "reward_model.ground_truth")
+    if not gold.strip():
+        raise RowError("missing field 'reward_model.ground_truth'")
+    msgs = [
+        {"role": as_text(m["role"], "prompt.role"), "content": as_text(m["content"], "prompt.content")}
+        for m in messages
+    ]
+    user = [m["content"] for m in msgs if m["role"] == "user"]
     if not user:
         raise RowError("field 'prompt' has no user message")
     text = user[-1]
     convention = "answer_line" if row.get("data_source") == "math_dapo" or "Answer:" in text else "boxed"
     extra = row.get("extra_info") if isinstance(row.get("extra_info"), Mapping) else {}
     pid = str(extra.get("index", f"{path_stem}-{index}"))
-    msgs = [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
     return _problem(
         pid,
         text,
-        [str(rm["ground_truth"])],
+        [gold],
         convention,
         messages=msgs,
         style=str(rm.get("style", "")),
@@ -113,7 +145,7 @@ def read_olympiad(row: Mapping, index: int, path_stem: str, seed: int) -> Proble
     final = row.get("final_answer")
     if not isinstance(final, (list, tuple)):
         raise RowError(f"field 'final_answer' must be a list of answers, got {type(final).__name__}")
-    answers = [_strip_dollars(str(a)) for a in final if a is not None]
+    answers = [_strip_dollars(as_text(a, "final_answer")) for a in final if a is not None]
     if not any(answers):
         raise RowError("field 'final_answer' is a list of nothing")
     multiple = bool(row.get("is_multiple_answer"))
@@ -136,9 +168,9 @@ def read_gpqa(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
     for i in (1, 2, 3):
         name = f"Incorrect Answer {i}"
         value = row.get(name)
-        if value is None or not str(value).strip():
+        if value is None or not as_text(value, name).strip():
             raise RowError(f"GPQA needs 4 options: missing or empty field {name!r}")
-        wrong.append(str(value).strip())
+        wrong.append(as_text(value, name).strip())
     pid = str(row.get("Record ID") or f"{path_stem}-{index}")
     options = [correct] + wrong
     order = list(range(4))
@@ -175,18 +207,18 @@ def read_omni(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
 def read_aime(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
     text = next(
         (
-            str(row[k]).strip()
+            as_text(row[k], k).strip()
             for k in ("Problem", "problem", "question")
-            if row.get(k) is not None and str(row[k]).strip()
+            if row.get(k) is not None and as_text(row[k], k).strip()
         ),
         None,
     )
     if text is None:
         raise RowError("missing field 'problem' (or 'Problem', 'question')")
-    raw = next((row[k] for k in ("Answer", "answer") if row.get(k) is not None and str(row[k]).strip()), None)
+    raw = next((row[k] for k in ("Answer", "answer") if row.get(k) is not None and as_text(row[k], k).strip()), None)
     if raw is None:
         raise RowError("missing field 'answer' (or 'Answer')")
-    answer = _strip_dollars(str(raw))
+    answer = _strip_dollars(as_text(raw, "answer"))
     if not answer.lstrip("-").isdigit():
         raise RowError(f"an AIME answer is an integer, got {raw!r}")
     pid = next((str(row[k]) for k in ("ID", "id", "problem_idx") if row.get(k) is not None), f"{path_stem}-{index}")
@@ -207,10 +239,10 @@ ID_FIELDS = ("id", "unique_id")
 
 
 def read_plain(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
-    prompt = next((row[n] for n in PROMPT_FIELDS if row.get(n) is not None and str(row[n]).strip()), None)
+    prompt = next((row[n] for n in PROMPT_FIELDS if row.get(n) is not None and as_text(row[n], n).strip()), None)
     if prompt is None:
         raise RowError(f"missing field {PROMPT_FIELDS[0]!r} (or {', '.join(repr(n) for n in PROMPT_FIELDS[1:])})")
-    raw = next((row[n] for n in ANSWER_FIELDS if row.get(n) is not None and str(row[n]).strip()), None)
+    raw = next((row[n] for n in ANSWER_FIELDS if row.get(n) is not None and not _blank(row[n])), None)
     if raw is None:
         raise RowError(f"missing field {ANSWER_FIELDS[0]!r} (or {', '.join(repr(n) for n in ANSWER_FIELDS[1:])})")
     if isinstance(raw, (list, tuple)):
@@ -218,7 +250,7 @@ def read_plain(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
             "the answer field is a list: name the schema (e.g. format=olympiad) so its answers are read, "
             "not stringified"
         )
-    text = str(raw).strip()
+    text = as_text(raw, "answer").strip()
     if "####" in text:  # a GSM8K-style worked answer
         text = text.rsplit("####", 1)[1].strip().replace(",", "")
     elif "\\boxed" in text or "\\fbox" in text:  # a MATH-style worked solution
@@ -227,7 +259,7 @@ def read_plain(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
             raise RowError("the solution's \\boxed{} is not closed")
         text = boxed.strip()
     pid = next((str(row[f]) for f in ID_FIELDS if row.get(f) is not None), f"{path_stem}-{index}")
-    return _problem(pid, str(prompt), [text], "boxed")
+    return _problem(pid, as_text(prompt, "prompt"), [text], "boxed")
 
 
 # ---------------------------------------------------------------------------------------------- detection

@@ -69,6 +69,13 @@ def test_deepcoder_rows_load_in_each_sub_sets_shape(tmp_path):
     ({**DC_LCB, "tests": json.dumps([{"input": "[1]", "output": "1", "testtype": "functional"}])}, "without a function name"),
     ({**DC_PRIME, "tests": json.dumps([{"type": "exotic", "input": "1", "output": "1"}])}, "unknown test type 'exotic'"),
     ({"title": "x"}, "line 1: not a DeepCoder"),
+    # a null test input was run as the stdin "None"; a lone surrogate crashed verify
+    ({**DC_PRIME, "tests": json.dumps([{"type": "stdin_stdout", "input": None, "output": "1"}])},
+     "field 'tests\\[0\\].input': expected text, got null"),
+    ({**DC_PRIME, "tests": '[{"type": "stdin_stdout", "input": "\\ud800", "output": "1"}]'}, "not valid Unicode"),
+    ({**DC_PRIME, "tests": json.dumps([{"type": "stdin_stdout", "input": "1", "output": {"x": 1}}])},
+     "field 'output': expected text, got dict"),
+    ({**DC_PRIME, "tests": "[" * 100_000 + "]" * 100_000}, "nested too deeply"),
 ])
 def test_malformed_rows_name_file_line_and_field(tmp_path, row, match):
     path = _write(tmp_path / "bad.jsonl", [row])
@@ -84,6 +91,15 @@ def test_a_pickle_that_would_run_code_is_refused():
 
     raw = base64.b64encode(zlib.compress(pickle.dumps(Evil()))).decode()
     with pytest.raises(ValueError, match="only strings are accepted"):
+        parse_tests(raw, "private_test_cases")
+
+
+def test_a_compressed_field_that_inflates_without_end_is_refused(monkeypatch):
+    import bsb.tasks.code.problems as problems
+
+    monkeypatch.setattr(problems, "MAX_DECOMPRESSED", 1 << 16)
+    raw = base64.b64encode(zlib.compress(pickle.dumps("x" * (1 << 20)))).decode()  # 1 MiB from ~1 kB
+    with pytest.raises(ValueError, match="decompresses to over 65,536 bytes"):
         parse_tests(raw, "private_test_cases")
 
 

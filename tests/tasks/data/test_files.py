@@ -43,6 +43,17 @@ def test_parquet(tmp_path):
         ([{"prompt": "a", "answer": "1", "id": 1}, {"prompt": "b", "answer": "2", "id": 1}], "duplicate id '1'"),
         ([{"prompt": "a", "solution": r"\boxed{3"}], "not closed"),
         (["[1, 2]"], "expected an object"),
+        # nulls, mappings and non-text never become the string "None" or a repr
+        ([{"prompt": "a", "answer": {"x": 1}}], "field 'answer': expected text, got dict"),
+        ([{"prompt": {"x": 1}, "answer": "1"}], "field 'prompt': expected text, got dict"),
+        ([{"prompt": "a", "answer": True}], "field 'answer': expected text, got bool"),
+        (['{"prompt": "a", "answer": NaN}'], "field 'answer': expected text, got nan"),
+        (['{"prompt": "a\\ud800", "answer": "1"}'], "not valid Unicode"),
+        ([{"prompt": [{"role": "user", "content": None}], "reward_model": {"ground_truth": "1"}}],
+         "field 'prompt.content': expected text, got null"),
+        ([{"prompt": [{"role": "user", "content": "q"}], "reward_model": {"ground_truth": {"a": 1}}}],
+         "field 'reward_model.ground_truth': expected text, got dict"),
+        (["[" * 100_000 + "]" * 100_000], "nested too deeply"),
     ],
 )
 def test_malformed_rows_name_file_line_and_field(tmp_path, rows, match):
@@ -58,3 +69,16 @@ def test_unknown_type_missing_and_empty(tmp_path):
         load_problems(tmp_path / "nope.jsonl")
     with pytest.raises(ValueError, match="holds no problems"):
         load_problems(_jsonl(tmp_path, [""], name="empty.jsonl"))
+
+
+def test_a_line_too_long_or_not_utf8_is_refused_before_parsing(tmp_path, monkeypatch):
+    import bsb.tasks.data.files as files
+
+    monkeypatch.setattr(files, "MAX_LINE_BYTES", 1000)
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps({"prompt": "a", "answer": "1"}) + "\n" + json.dumps({"prompt": "b" * 5000, "answer": "2"}) + "\n")
+    with pytest.raises(ValueError, match="long.jsonl:2: a line over"):
+        load_problems(path)
+    path.write_bytes(b'{"prompt": "a", "answer": "1"}\n{"prompt": "\xff", "answer": "2"}\n')
+    with pytest.raises(ValueError, match="long.jsonl:2: not UTF-8 text"):
+        load_problems(path)
