@@ -87,6 +87,8 @@ def check_launch(cfg, size: int, device: torch.device) -> None:
             f"world size {size} must divide prompts_per_step ({cfg.prompts_per_step}) and gen_prompts "
             f"({cfg.gen_prompts}): every rank generates an equal share of a round"
         )
+    if cfg.fsdp_cpu_offload and device.type != "cuda":
+        raise ValueError("fsdp_cpu_offload moves GPU shards to host memory: it needs device=cuda")
     if device.type == "cuda":
         visible = torch.cuda.device_count()
         local = int(os.environ.get("LOCAL_WORLD_SIZE", size))
@@ -102,6 +104,10 @@ def init_world(cfg, device: torch.device) -> tuple[World, torch.device]:
     launch is checked, this rank's GPU chosen (``cuda:LOCAL_RANK``) and the process group joined."""
     env = torchrun_env()
     if env is None:
+        if cfg.fsdp_cpu_offload:
+            raise ValueError(
+                "fsdp_cpu_offload offloads FSDP2 shards: launch with torchrun (--nproc_per_node=1 for one GPU)"
+            )
         return SOLO, device
     if cfg.device.startswith("cuda:"):
         raise ValueError(f"device={cfg.device} under torchrun: use device=cuda (each rank takes cuda:LOCAL_RANK)")

@@ -264,3 +264,11 @@ def test_world_shares_and_failures():
     assert collective_failure(RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:1"))
     assert not collective_failure(RuntimeError("shape mismatch"))
     assert not collective_failure(ValueError("Connection closed by peer"))
+
+
+def test_cpu_offload_without_a_gpu_or_without_torchrun_is_an_error(monkeypatch):
+    cfg = TrainConfig(**{**BASE, "fsdp_cpu_offload": True})
+    with pytest.raises(ValueError, match="launch with torchrun"):
+        init_world(cfg, torch.device("cpu"))
+    with pytest.raises(ValueError, match="it needs device=cuda"):
+        check_launch(cfg, 2, torch.device("cpu"))
