@@ -3,7 +3,7 @@ spec in ``$BSB_SANDBOX_SPEC`` (not on the command line: ``/proc/1/cmdline`` is w
 PID 1 is not).
 
 Standard library only. Inside the run's namespaces (when the sandbox has them) it is PID 1 and root. It builds the
-run's root file system and ``pivot_root``\ s into it, so nothing of the host's tree is visible but read-only system
+run's root file system and enters it with ``pivot_root``, so nothing of the host's tree is visible but read-only system
 directories:
 
 * a fresh tmpfs as ``/`` with ``/usr`` (and the merged-usr links ``/bin``, ``/lib``, ``/lib64``, ``/sbin``), the
