@@ -24,11 +24,14 @@ root          with the namespaces: the run's own root file system (``sandbox_lau
               host socket, lock file, data file (the task's own problem files included) or layout is reachable;
               ``/tmp/work`` is a ``nosuid,nodev`` tmpfs of ``disk_mb`` (the run's disk quota)
 keyring       a fresh session keyring (the caller's keys are not the program's)
+cgroup        as root where a cgroup is writable (:mod:`bsb.tasks.code.sandbox_cgroup`; v2, else v1): a leaf per run
+              bounds the memory (swap included) and the processes of all its processes together: a program that
+              forks holds ``memory_mb`` in all, not per child
 ============  ==============================================================================================
 
-What it does not stop: CPU-time side channels; reading the world-readable files under ``/usr``; a memory budget across
-processes (``memory_mb`` bounds each process's address space, so a run holds at most ``memory_mb × max_processes``:
-a cgroup v2 leaf would bound the sum, and these machines have cgroup v1 only); new user namespaces inside the run
+What it does not stop: CPU-time side channels; reading the world-readable files under ``/usr``; without a writable
+cgroup, a memory budget across processes (``memory_mb`` then bounds each process's address space, so a run holds at
+most ``memory_mb × max_processes``); new user namespaces inside the run
 (there is no seccomp filter: no maintained pure-Python seccomp package installs from PyPI here, libseccomp's
 bindings are Debian's; ``no_new_privs`` and the uid still apply inside one). Where namespaces are unavailable (not
 root, or a container that forbids ``unshare``): network access, the host's file tree (as the uid sees it), and
@@ -38,6 +41,7 @@ processes that leave their process group (the supervisor then kills the process 
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import os
 import selectors
@@ -53,6 +57,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from bsb.tasks.code.sandbox_cgroup import RunCgroup
+from bsb.tasks.code.sandbox_cgroup import available as cgroup_kind
 from bsb.tasks.code.sandbox_launch import SYS_KEYCTL
 
 STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "killed")
@@ -70,6 +76,7 @@ class SandboxResult:
     stderr: str
     reason: str  # why, in words ("" when ok)
     wall_s: float = 0.0
+    memory_peak_mb: float | None = None  # the run's processes together, at most (with a cgroup; None without)
 
     @property
     def ok(self) -> bool:
@@ -105,6 +112,7 @@ def layers() -> dict[str, bool]:
         "namespaces": ns,
         "root": ns,
         "keyring": keyring,
+        "cgroup": cgroup_kind() is not None,
     }
 
 
@@ -199,7 +207,14 @@ def run_program(
         cmd = [sandbox_python(), "-I", "-S", "-B", "-c", _launcher_source()]
         if avail["namespaces"]:
             cmd = [*UNSHARE, *cmd]
-        return _supervise(cmd, stdin, timeout_s, output_limit, str(work), json.dumps(spec))
+        group = RunCgroup(memory_mb, max_processes)  # the budget across the run's processes, where the machine allows
+        try:
+            result = _supervise(group.enter_command(cmd), stdin, timeout_s, output_limit, str(work), json.dumps(spec))
+            if group.out_of_memory() and result.status in ("killed", "error"):
+                result = dataclasses.replace(result, status="memory", reason=f"memory limit ({memory_mb} MB a run)")
+            return dataclasses.replace(result, memory_peak_mb=group.peak_mb())
+        finally:
+            group.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

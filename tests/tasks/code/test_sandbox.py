@@ -273,3 +273,20 @@ def test_the_host_layout_is_not_readable_from_proc():
     mounts = set(r.stdout.split())
     assert r.ok and mounts <= {"/", "/usr", "/etc/ld.so.cache", "/proc", "/tmp/work", "/dev/null", "/dev/zero",
                                "/dev/random", "/dev/urandom", str(Path(sys.executable).resolve().parents[1])}, mounts
+
+
+needs_cgroup = pytest.mark.skipif(not layers()["cgroup"], reason="no writable cgroup here (needs root)")
+
+
+@needs_cgroup
+def test_forked_children_share_one_memory_budget():
+    """Found: memory_mb bounded each process, so 12 children held 1,015 MB under memory_mb=256."""
+    prog = ("import os, time\nkids = []\nfor i in range(12):\n    pid = os.fork()\n    if pid == 0:\n"
+            "        b = bytearray(80 << 20)\n        for j in range(0, len(b), 4096):\n            b[j] = 1\n"
+            "        time.sleep(2)\n        os._exit(0)\n    kids.append(pid)\n"
+            "codes = [os.waitpid(k, 0)[1] for k in kids]\nprint(sum(c != 0 for c in codes), 'children ended by the budget')\n")
+    r = run_program(prog, timeout_s=8, memory_mb=256)
+    assert r.memory_peak_mb is not None and r.memory_peak_mb <= 256 * 1.02, r.memory_peak_mb
+    assert int(r.stdout.split()[0]) > 0  # the kernel ended children past the run's budget
+    for parent in (Path("/sys/fs/cgroup/memory/bsb-sandbox"), Path("/sys/fs/cgroup/bsb-sandbox")):
+        assert not list(parent.glob("run-*")), "a run's cgroup leaf was left behind"
