@@ -22,7 +22,7 @@ from bsb import kernels
 from bsb.engine.backend import Capabilities, TokenStats, check_generation_args, request_seeds
 from bsb.engine.device import autocast
 from bsb.engine.hf_model import check_supported, lens_parts
-from bsb.engine.packed import Reads, naive_reads, packed_reads
+from bsb.engine.packed import Reads, naive_reads, packed_reads, packed_reads_many
 
 
 class HFBackend:
@@ -35,15 +35,18 @@ class HFBackend:
         chunk_positions: int = 256,
         max_pack_tokens: int | None = None,
         compute_dtype: torch.dtype | None = None,
+        read_batch_tokens: int = 1024,
     ):
         """``chunk_positions``: positions per LM-head chunk in :meth:`token_stats`; ``max_pack_tokens``: cap on
-        one packed sequence (None: each chain's reads in one pass); ``compute_dtype``: run every forward under
+        one packed sequence (None: each chain's reads in one pass); ``read_batch_tokens``: tokens of one grouped
+        forward when several chains' Probe-JS reads are packed together; ``compute_dtype``: run every forward under
         autocast in this dtype (bf16 reads from fp32 master weights; None: the weights' own dtype)."""
         self.model = model.eval()
         self.compute_dtype = compute_dtype
         self.tokenizer = tokenizer
         self.chunk_positions = chunk_positions
         self.max_pack_tokens = max_pack_tokens
+        self.read_batch_tokens = read_batch_tokens  # tokens of one grouped packed forward over several chains
         self.packed = True
         try:
             check_supported(model)
@@ -77,6 +80,10 @@ class HFBackend:
         model's device and the token-forwards spent. L = 1 comes from the packed forward; L > 1 from
         :meth:`sampled_reads` (one seed per chain)."""
         seeds = list(seeds) if seeds is not None else [0] * len(asks)
+        if read_len == 1 and self.packed and asks and self.max_pack_tokens is None:  # grouped packed forwards
+            with self._autocast():
+                reads = packed_reads_many(self.model, asks, suffix, self.read_batch_tokens)
+            return [(r.read_logits[:, None], r.token_forwards) for r in reads]  # (C, 1, V) each
         out = []
         for (prefix, cuts), seed in zip(asks, seeds):
             if read_len == 1:

@@ -89,52 +89,96 @@ def packed_reads(
     return _concat(parts)
 
 
+def packed_reads_many(model, chains, suffix, max_tokens: int = 1024) -> list[Reads]:
+    """Probe reads (no answer) of several chains ``[(prefix, cuts), ...]`` from grouped packed forwards: consecutive
+    chains share one sequence (each chain's block sees only itself: a block-diagonal mask, positions restarting per
+    chain) until ``max_tokens``; a chain longer than that alone is its own group. One forward and one host sync per
+    group instead of per chain; the reads equal :func:`packed_reads` of each chain (tested)."""
+    check_supported(model)
+    suffix = _as_ids(suffix)
+    blocks = []
+    for prefix, cuts in chains:
+        prefix, cuts = _as_ids(prefix), [int(t) for t in cuts]
+        _check(prefix, cuts, suffix)
+        blocks.append((prefix, cuts, None))
+    out, group, size = [], [], 0
+    for block in blocks:
+        q = block[0].numel() + len(block[1]) * suffix.numel()
+        if group and size + q > max_tokens:
+            out += _packed_blocks(model, group, suffix, False)
+            group, size = [], 0
+        group.append(block)
+        size += q
+    if group:
+        out += _packed_blocks(model, group, suffix, False)
+    return out
+
+
 def _packed_group(model, prefix, cuts, suffix, answer, with_hidden) -> Reads:
-    s, e = prefix.numel(), suffix.numel()
-    n = 0 if answer is None else answer.numel()
-    w = e + n  # tokens per suffix segment
-    c = len(cuts)
-    q = s + c * w
+    return _packed_blocks(model, [(prefix, cuts, answer)], suffix, with_hidden)[0]
+
+
+def _packed_blocks(model, blocks, suffix, with_hidden) -> list[Reads]:
+    """One packed forward over ``blocks`` of ``(prefix, cuts, answer)``, each block ``[prefix ; suffix_1 ; …]`` as in
+    the module docstring, blocks side by side in one sequence and blind to each other."""
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
-    seg = suffix if answer is None else torch.cat([suffix, answer])
-    ids = torch.cat([prefix, seg.repeat(c)]).to(device)  # (Q,)
-
-    # Built on the model's device, without a Python loop over the Q×Q mask (no host work per call beyond the cuts).
-    cut = torch.tensor(cuts, device=device)  # (C,)
-    offs = torch.arange(w, device=device)
-    pos = torch.cat([torch.arange(s, device=device), (cut[:, None] + offs[None, :]).reshape(-1)])  # (Q,)
-    # allowed[q, k]: the prefix is causal; segment j sees prefix[:cut_j] and its own earlier tokens.
-    qi = torch.arange(q, device=device)
-    seg = torch.where(qi < s, -1, (qi - s) // w)  # (Q,) segment of each position (-1: the prefix)
-    causal = qi[:, None] >= qi[None, :]
-    same_seg = (seg[:, None] == seg[None, :]) & causal  # the prefix causally, a segment within itself
-    sees_prefix = (seg[:, None] >= 0) & (qi[None, :] < s) & (qi[None, :] < cut[seg.clamp(min=0)][:, None])
-    allowed = same_seg | sees_prefix  # (Q, Q)
-    mask = torch.zeros(q, q, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)[
-        None, None
-    ]  # (1, 1, Q, Q)
-
-    read = s + torch.arange(c, device=device) * w + e - 1  # (C,) last suffix token of each segment
-    ans_pos = (read[:, None] + torch.arange(n, device=device)[None, :]).reshape(
-        -1
-    )  # (C·n,) positions predicting a_1..a_n
-    keep = torch.cat([read, ans_pos]) if n else read
+    e = suffix.numel()
+    ids, pos, allowed, reads, answers, shapes = [], [], [], [], [], []
+    offset = 0
+    for prefix, cuts, answer in blocks:
+        s, n, c = prefix.numel(), 0 if answer is None else answer.numel(), len(cuts)
+        w = e + n  # tokens per suffix segment
+        q = s + c * w
+        seg = suffix if answer is None else torch.cat([suffix, answer])
+        ids.append(torch.cat([prefix, seg.repeat(c)]))
+        # Built on the model's device, without a Python loop over the Q×Q mask.
+        cut = torch.tensor(cuts, device=device)  # (C,)
+        offs = torch.arange(w, device=device)
+        pos.append(torch.cat([torch.arange(s, device=device), (cut[:, None] + offs[None, :]).reshape(-1)]))  # (Q,)
+        # allowed[q, k]: the prefix is causal; segment j sees prefix[:cut_j] and its own earlier tokens.
+        qi = torch.arange(q, device=device)
+        which = torch.where(qi < s, -1, (qi - s) // w)  # (Q,) segment of each position (-1: the prefix)
+        causal = qi[:, None] >= qi[None, :]
+        same_seg = (which[:, None] == which[None, :]) & causal  # the prefix causally, a segment within itself
+        sees_prefix = (which[:, None] >= 0) & (qi[None, :] < s) & (qi[None, :] < cut[which.clamp(min=0)][:, None])
+        allowed.append(same_seg | sees_prefix)  # (Q, Q)
+        read = offset + s + torch.arange(c, device=device) * w + e - 1  # (C,) last suffix token of each segment
+        reads.append(read)
+        answers.append((read[:, None] + torch.arange(n, device=device)[None, :]).reshape(-1))  # (C·n,)
+        shapes.append((c, n, q))
+        offset += q
+    ids = torch.cat(ids).to(device)  # (Q,)
+    pos = torch.cat(pos)
+    mask = torch.zeros(offset, offset, dtype=dtype, device=device).masked_fill(
+        ~torch.block_diag(*allowed), torch.finfo(dtype).min
+    )[None, None]  # (1, 1, Q, Q): additive (a boolean 4D mask is wrong with eager attention)
+    ans_pos = torch.cat(answers)
+    keep = torch.cat([*reads, ans_pos])
     with torch.no_grad():
         if with_hidden:
             with ResidualCapture(lens_parts(model).layers, ans_pos) as cap:
                 out = model(ids[None], attention_mask=mask, position_ids=pos[None], logits_to_keep=keep)
-            hidden = cap.stacked().reshape(-1, c, n, cap.stacked().shape[-1])  # (layers, C, n, d)
+            hidden = cap.stacked()  # (layers, Σ C·n, d)
         else:
             out = model(ids[None], attention_mask=mask, position_ids=pos[None], logits_to_keep=keep)
             hidden = None
     logits = out.logits[0]  # (len(keep), V)
-    return Reads(
-        read_logits=logits[:c],
-        answer_hidden=hidden,
-        answer_logits=logits[c:].reshape(c, n, -1) if n else None,
-        token_forwards=q,
-    )
+    total_c = sum(c for c, _, _ in shapes)
+    results, r0, a0 = [], 0, total_c
+    for c, n, q in shapes:
+        results.append(
+            Reads(
+                read_logits=logits[r0 : r0 + c],
+                answer_hidden=hidden[:, a0 - total_c : a0 - total_c + c * n].reshape(-1, c, n, hidden.shape[-1])
+                if with_hidden
+                else None,
+                answer_logits=logits[a0 : a0 + c * n].reshape(c, n, -1) if n else None,
+                token_forwards=q,
+            )
+        )
+        r0, a0 = r0 + c, a0 + c * n
+    return results
 
 
 def _concat(parts: list[Reads]) -> Reads:

@@ -47,6 +47,7 @@ SIZE_LIMITS = {
 }
 HOMOGENEOUS = ("zero_grad_step", "skip_step", "backward")
 BACKENDS = ("auto", "vllm", "hf")
+PROBE_READERS = ("auto", "engine", "policy")
 KEEP_BY = ("accuracy", "reward")
 
 
@@ -157,6 +158,12 @@ class TrainConfig(ProbeConfig):
     grad_clip: float = _f(1.0, "gradient norm clip")
     # --- run
     backend: str = _f("auto", "rollout engine: auto (vLLM when installed) | vllm | hf")
+    probe_reader: str = _f(
+        "auto",
+        "who serves the selector's reads: engine (the rollout engine) | policy (the trainer's HF policy: packed "
+        "forwards grouped over a round's chains) | auto (policy beside a CPU vLLM engine, whose per-request cost "
+        "dominates short reads; the engine on CUDA)",
+    )
     device: str = _f("auto", "auto (CUDA when present, else CPU) | cpu | cuda | cuda:N")
     dtype: str = _f(
         "auto",
@@ -224,6 +231,10 @@ class TrainConfig(ProbeConfig):
                 f"homogeneous must be one of {', '.join(HOMOGENEOUS)}, got {self.homogeneous!r}",
             ),
             (self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}"),
+            (
+                self.probe_reader in PROBE_READERS,
+                f"probe_reader must be one of {', '.join(PROBE_READERS)}, got {self.probe_reader!r}",
+            ),
             (
                 0 < self.vllm_gpu_memory_utilization < 1,
                 f"vllm_gpu_memory_utilization must be in (0, 1), got {self.vllm_gpu_memory_utilization}",

@@ -139,8 +139,7 @@ class Trainer:
         self.syncs = capabilities(self.backend).weight_sync
         if self.syncs and (rollout_backend is not None or self.sharded_ckpt):
             self.backend.load_weights(self._engine_weights())  # a shared engine may hold other weights
-        # white-box reads (Lens-Shift) go to the HF copy of the policy when the rollout engine cannot serve them
-        reads = self.backend if self.selector.can_read(self.backend) else self.hf
+        reads = self._reader()
         # sharded: forwards of the policy itself (HF rollouts, white-box reads) run on its gathered weights
         self.gathers = self.world.launched and (self.backend is self.hf or reads is self.hf)
         self.selector.bind(reads)
@@ -148,6 +147,20 @@ class Trainer:
         self.ctx = phases.RolloutContext(self.backend, reads, self.selector, self.newline, self.eos, answers)
 
     # ---------------------------------------------------------------- setup
+    def _reader(self):
+        """The backend the selector's reads go to. White-box reads (Lens-Shift) go to the HF policy whenever the engine
+        cannot serve them; ``probe_reader`` chooses otherwise: ``auto`` reads on the policy beside a CPU vLLM engine
+        (there a request costs about the same whatever its length, so a round's short probe requests cost more than
+        grouped packed forwards of the policy; measured in docs/performance.md) and on the engine elsewhere."""
+        engine_can = self.selector.can_read(self.backend)
+        choice = self.cfg.probe_reader
+        if choice == "auto":
+            cpu_engine = self.backend is not self.hf and getattr(self.backend, "on_cpu", False)
+            choice = "policy" if cpu_engine and self.selector.can_read(self.hf) else "engine"
+        if choice == "policy" or not engine_can:
+            return self.hf
+        return self.backend
+
     def selector_config(self) -> SelectorConfig:
         return resolve(self.cfg, self.task, self.tok, seed=self.cfg.seed)
 

@@ -24,8 +24,9 @@ CASES = [
     (["train", "--set", "lens_layers=[]"], "lens_layers must be a non-empty list"),
     (["train", "--set", "task_options.ops="], "cannot take the options ops=None"),
     (["train", "--set", "task=subprocess:Popen", "task_options={args: [touch, {tmp}/ran]}"], "does not satisfy the Task protocol"),
-    (["train", "--set", "lens_layers=[99]", "out_dir={tmp}/a"], "lens_layers \\[99\\] are not layers"),
-    (["train", "--set", "top_k=100000", "out_dir={tmp}/b"], "top_k = 100000 exceeds the model's vocabulary"),
+    # against the model (the session's tiny checkpoint, so no embedded model is trained for these)
+    (["train", "--set", "model={ckpt}", "lens_layers=[99]", "out_dir={tmp}/a"], "lens_layers \\[99\\] are not layers"),
+    (["train", "--set", "model={ckpt}", "top_k=100000", "out_dir={tmp}/b"], "top_k = 100000 exceeds the model's vocabulary"),
     (["validate", "--temperature", "nan"], "temperature"),
     (["evaluate", "--temperature", "inf"], "temperature must be a finite number"),
     (["evaluate", "--n-problems", "1000000000000"], "n_problems beyond any run"),
@@ -38,14 +39,14 @@ CASES = [
 
 
 @pytest.mark.parametrize("argv,message", CASES, ids=[" ".join(a) for a, _ in CASES])
-def test_a_bad_input_is_one_usage_line_and_exit_2(argv, message, tmp_path, capsys, monkeypatch):
+def test_a_bad_input_is_one_usage_line_and_exit_2(argv, message, tmp_path, capsys, monkeypatch, checkpoint):
     import re
 
     monkeypatch.chdir(pytest.importorskip("pathlib").Path(__file__).resolve().parents[2])
     (tmp_path / "bad.yaml").write_text("steps: 3\n  chains: [1,\n")
     start = time.monotonic()
     with pytest.raises(SystemExit) as done:
-        main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+        main([a.replace("{tmp}", str(tmp_path)).replace("{ckpt}", checkpoint) for a in argv])
     err = capsys.readouterr().err
     assert done.value.code == 2
     assert time.monotonic() - start < 15

@@ -61,6 +61,26 @@ def test_max_tokens_splits_the_suffixes_and_keeps_the_reads():
     assert split.token_forwards == 3 * (40 + 10) and whole.token_forwards == 40 + 30
 
 
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("budget", [10_000, 120])  # every chain in one forward; groups of one or two chains
+def test_grouped_reads_of_several_chains_equal_each_chains_reads(attn, budget):
+    model = tiny("qwen3", attn)
+    g = torch.Generator().manual_seed(2)
+    suffix = torch.randint(3, 97, (4,), generator=g)
+    chains = []
+    for length in (30, 55, 12, 80):
+        prefix = torch.randint(3, 97, (length,), generator=g)
+        cuts = sorted(torch.randperm(length - 1, generator=g)[: min(6, length - 1)].add(1).tolist())
+        chains.append((prefix, cuts))
+    got = packed.packed_reads_many(model, chains, suffix, max_tokens=budget)
+    for (prefix, cuts), reads in zip(chains, got):
+        want = packed.naive_reads(model, prefix, cuts, suffix)
+        torch.testing.assert_close(reads.read_logits, want.read_logits, atol=2e-5, rtol=1e-5)
+        assert reads.token_forwards == len(prefix) + len(cuts) * len(suffix)
+        top = torch.topk(reads.read_logits, 20).indices
+        assert torch.equal(top, torch.topk(want.read_logits, 20).indices)
+
+
 def test_lens_of_the_last_layer_is_the_models_answer_log_prob():
     model = tiny("llama", "sdpa")
     prefix, suffix, answer = torch.randint(3, 97, (30,)), torch.randint(3, 97, (4,)), torch.randint(3, 97, (2,))
