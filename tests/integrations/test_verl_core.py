@@ -413,22 +413,27 @@ _probe_reasons = {
 }
 
 
+def _one_read(url: str):
+    """One probe read (a chain of 4 tokens, one cut, K = 2) from the server at ``url``."""
+
+    async def go():
+        probe = CompletionsProbe(timeout_s=5, model="m")
+        try:
+            return await probe.read(url, [1, 2, 3, 4], [2], [7], 1, 2, 0)
+        finally:
+            await probe.close()
+
+    return asyncio.run(go())
+
+
 @pytest.mark.parametrize("case", list(_probe_cases()))
 def test_a_hostile_probe_reply_is_a_probe_error(case):
     from hostile_http import HostileServer
 
     server = HostileServer(_probe_cases()[case])
-
-    async def go():
-        probe = CompletionsProbe(timeout_s=5, model="m")
-        try:
-            return await probe.read(server.url, [1, 2, 3, 4], [2], [7], 1, 2, 0)
-        finally:
-            await probe.close()
-
     try:
         with pytest.raises(ProbeError) as err:
-            asyncio.run(go())
+            _one_read(server.url)
     finally:
         server.close()
     assert re.search(_probe_reasons[case], str(err.value)), str(err.value)[:300]
@@ -439,17 +444,9 @@ def test_a_redirect_is_not_followed_by_the_probe():
 
     elsewhere = HostileServer(lambda s: response(_completion({"token_id:5": -0.1, "token_id:6": -2.0})))
     redirect = HostileServer(lambda s: response("", "307 Temporary Redirect", (f"Location: {elsewhere.url}/v1/completions",)))
-
-    async def go():
-        probe = CompletionsProbe(timeout_s=5, model="m")
-        try:
-            return await probe.read(redirect.url, [1, 2, 3, 4], [2], [7], 1, 2, 0)
-        finally:
-            await probe.close()
-
     try:
         with pytest.raises(ProbeError, match="HTTP 307"):
-            asyncio.run(go())
+            _one_read(redirect.url)
     finally:
         redirect.close()
         elsewhere.close()

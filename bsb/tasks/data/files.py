@@ -72,7 +72,7 @@ MAX_LINE_BYTES = 64 << 20  # one JSONL problem (hidden tests included); a longer
 
 
 def _json(text: str, where: str):
-    """Parsed JSON; a syntax error, a nesting too deep for the parser or a non-UTF-8 byte names ``where``."""
+    """Parsed JSON; a syntax error or a nesting too deep for the parser is an error naming ``where``."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
