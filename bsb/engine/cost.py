@@ -8,6 +8,9 @@ ratio of token counts weighted by 2 or 6 (N cancels). Per step:
 * F_probe / F_roll = T_probe / T_roll                 (per chain: C (E + L) / ([1 + k(1 − c)] T̄), Eq. 8)
 * F_probe / F_step = 2 T_probe / (2 T_roll + 6 T_train + 2 T_probe)
 
+:func:`read_tokens_per_chain` prices each read design (the floor, a prefix-caching engine's block sizes, bsb's packed
+forward on a trainer copy) and :func:`read_share_of_step` its share of the step.
+
 Lens-Shift per chain: ``C·ρ·T̄/2`` token-forwards when each prefix is re-forwarded (the paper's co-located
 copy), ``C·(E + n)`` with prefix reuse, and ``T̄ + C·(E + n)`` for bsb's packed prefix-shared forward, which also
 forwards the chain once.
@@ -97,6 +100,35 @@ def lens_tokens_per_chain(
     raise ValueError(f"mode must be 'reforward', 'prefix_reuse' or 'packed', got {mode!r}")
 
 
+# Read designs (docs/performance.md): who computes which tokens of one chain's C probe reads.
+READ_DESIGNS = ("floor", "vllm_block16", "vllm_block32", "vllm_block128", "packed")
+
+
+def read_tokens_per_chain(s: StepShape, design: str) -> float:
+    """Token-forwards of one chain's Probe-JS reads by ``design``:
+
+    * ``floor``: the chain's keys and values are there (kept from its generation): C·(E + L);
+    * ``vllm_blockB``: a prefix-caching engine reuses whole B-token blocks of the prefix, so each probe recomputes
+      on average (B − 1)/2 prefix tokens beside its suffix: C·((B − 1)/2 + E + L);
+    * ``packed``: bsb's packed forward on a trainer copy forwards the chain once (to its last cut, here T̄):
+      T̄ + C·(E + L).
+    """
+    reads = s.candidates * (s.suffix_len + s.read_len)
+    if design == "floor":
+        return reads
+    if design == "packed":
+        return s.mean_chain_len + reads
+    if design.startswith("vllm_block") and design in READ_DESIGNS:
+        return reads + s.candidates * (int(design.removeprefix("vllm_block")) - 1) / 2
+    raise ValueError(f"design must be one of {', '.join(READ_DESIGNS)}, got {design!r}")
+
+
+def read_share_of_step(s: StepShape, design: str) -> float:
+    """F_read / F_step of ``design``: :func:`probe_over_step` with :func:`read_tokens_per_chain` as the reads."""
+    reads = s.prompts * s.chains * read_tokens_per_chain(s, design)
+    return 2 * reads / (2 * rollout_tokens(s) + 6 * s.train_tokens + 2 * reads)
+
+
 def measured_shares(rows: list[dict]) -> dict:
     """Probe overhead measured by a run, from its ``metrics.jsonl`` step rows: token-forwards of the probe reads over
     the tokens generated (the measured F_probe / F_roll), the FLOP share of the step with the same 2N / 6N weights as
@@ -107,8 +139,10 @@ def measured_shares(rows: list[dict]) -> dict:
     probe = sum(r["probe_tokens"] for r in steps)
     gen = sum(r["tokens_generated"] for r in steps)
     train = sum(r["tokens_trained"] for r in steps)
+    floor = sum(r.get("probe_tokens_floor", 0) for r in steps)
     return {
         "steps": len(steps),
+        "computed_over_floor": probe / floor if floor else float("nan"),  # runs before the floor was logged: nan
         "probe_over_rollout": probe / gen if gen else float("nan"),
         "probe_over_step": 2 * probe / (2 * gen + 6 * train + 2 * probe) if gen + train + probe else float("nan"),
         "time_share": sum(r["probe_frac"] for r in steps) / len(steps),

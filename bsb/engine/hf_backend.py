@@ -4,7 +4,9 @@
   random stream per request (:class:`RequestSampler`).
 * :meth:`HFBackend.reads`: the packed prefix-shared forward (:mod:`bsb.engine.packed`); :meth:`probe_logits`
   returns the Probe-JS read logits on the model's device (the fused kernel reads them there);
-  :meth:`lens_profiles` the Lens-Shift depth profiles (Eq. 3) through ``bsb.kernels.lens_logprobs``.
+  :meth:`lens_profiles_many` the Lens-Shift depth profiles (Eq. 3) through ``bsb.kernels.lens_logprobs``. Both
+  batch a round's chains in grouped forwards, and with ``keep_kv`` read the chains this backend just generated from
+  the keys and values the generation left (only the suffixes are computed: the floor of the reads).
 * :meth:`HFBackend.token_stats`: per response token, the sampled token's surprisal, the entropy of the full
   next-token distribution and the top-1 − top-2 logit margin. The LM head runs over chunks of positions,
   so a long chain never materialises its (T × V) logits.
@@ -22,7 +24,7 @@ from bsb import kernels
 from bsb.engine.backend import Capabilities, TokenStats, check_generation_args, request_seeds
 from bsb.engine.device import autocast
 from bsb.engine.hf_model import check_supported, lens_parts
-from bsb.engine.packed import Reads, naive_reads, packed_reads, packed_reads_many
+from bsb.engine.packed import KeptKV, Reads, cached_reads, naive_reads, packed_reads, packed_reads_many
 
 
 class HFBackend:
@@ -35,18 +37,24 @@ class HFBackend:
         chunk_positions: int = 256,
         max_pack_tokens: int | None = None,
         compute_dtype: torch.dtype | None = None,
-        read_batch_tokens: int = 1024,
+        read_batch_tokens: int = 512,
+        keep_kv: bool = False,
     ):
         """``chunk_positions``: positions per LM-head chunk in :meth:`token_stats`; ``max_pack_tokens``: cap on
         one packed sequence (None: each chain's reads in one pass); ``read_batch_tokens``: tokens of one grouped
-        forward when several chains' Probe-JS reads are packed together; ``compute_dtype``: run every forward under
-        autocast in this dtype (bf16 reads from fp32 master weights; None: the weights' own dtype)."""
+        forward when several chains' reads are packed together; ``compute_dtype``: run every forward under autocast in
+        this dtype (bf16 reads from fp32 master weights; None: the weights' own dtype); ``keep_kv``: keep the keys and
+        values of the last :meth:`generate` call until the next one (or :meth:`drop_kv`, or a weight change), so reads
+        of the chains it generated compute only their suffixes."""
         self.model = model.eval()
         self.compute_dtype = compute_dtype
         self.tokenizer = tokenizer
         self.chunk_positions = chunk_positions
         self.max_pack_tokens = max_pack_tokens
         self.read_batch_tokens = read_batch_tokens  # tokens of one grouped packed forward over several chains
+        self.keep_kv = keep_kv
+        self._kept: tuple[KeptKV, dict[tuple, int], int] | None = None  # (kv, row of each prompt + response, version)
+        self.cached_read_tokens = 0  # prefix tokens the reads took from the kept KV instead of computing them
         self.packed = True
         try:
             check_supported(model)
@@ -77,12 +85,11 @@ class HFBackend:
 
     def probe_logits(self, asks, suffix, read_len: int = 1, seeds=None) -> list[tuple[torch.Tensor, int]]:
         """Probe-JS reads of several chains ``[(prefix, cuts), ...]``: per chain the read logits (C, L, V) on the
-        model's device and the token-forwards spent. L = 1 comes from the packed forward; L > 1 from
-        :meth:`sampled_reads` (one seed per chain)."""
+        model's device and the token-forwards spent. L = 1 comes from the kept KV (chains this backend just generated,
+        with ``keep_kv``) or grouped packed forwards; L > 1 from :meth:`sampled_reads` (one seed per chain)."""
         seeds = list(seeds) if seeds is not None else [0] * len(asks)
-        if read_len == 1 and self.packed and asks and self.max_pack_tokens is None:  # grouped packed forwards
-            with self._autocast():
-                reads = packed_reads_many(self.model, asks, suffix, self.read_batch_tokens)
+        if read_len == 1 and self.packed and asks and self.max_pack_tokens is None:
+            reads = self._reads_many(asks, suffix, with_hidden=False)
             return [(r.read_logits[:, None], r.token_forwards) for r in reads]  # (C, 1, V) each
         out = []
         for (prefix, cuts), seed in zip(asks, seeds):
@@ -94,21 +101,72 @@ class HFBackend:
         return out
 
     def lens_profiles(self, prefix, cuts, suffix, answer) -> tuple[torch.Tensor, int]:
-        """Lens-Shift depth profiles b_t^(l) = Σ_i log P^(l)(a_i | ...) (Eq. 3) at every cut: (C, layers) float32 on
-        the CPU, and the token-forwards spent. The lens is the model's own final norm and unembedding."""
-        answer = list(answer)
-        reads = self.reads(prefix, cuts, suffix, answer, with_hidden=True)
+        """Lens-Shift depth profiles of one chain (:meth:`lens_profiles_many`)."""
+        return self.lens_profiles_many([(prefix, cuts, answer)], suffix)[0]
+
+    def lens_profiles_many(self, asks, suffix) -> list[tuple[torch.Tensor, int]]:
+        """Lens-Shift depth profiles b_t^(l) = Σ_i log P^(l)(a_i | ...) (Eq. 3) of several chains
+        ``[(prefix, cuts, answer), ...]``: per chain (C, layers) float32 on the CPU and the token-forwards spent. The
+        lens is the model's own final norm and unembedding, applied to every chain's answer positions in one call."""
+        if not asks:
+            return []
+        if self.packed and self.max_pack_tokens is None:
+            reads = self._reads_many(asks, suffix, with_hidden=True)
+        else:
+            reads = [self.reads(p, c, suffix, list(a), with_hidden=True) for p, c, a in asks]
         parts = lens_parts(self.model)
-        n_layers, c, n, d = reads.answer_hidden.shape
-        targets = torch.as_tensor(answer * c, device=reads.answer_hidden.device)  # (C·n,)
-        lp = kernels.lens_logprobs(
-            reads.answer_hidden.reshape(n_layers, c * n, d),
-            parts.norm_weight,
-            parts.unembed,
-            targets,
-            eps=parts.norm_eps,
-        )  # (layers, C·n)
-        return lp.reshape(n_layers, c, n).sum(-1).T.cpu(), reads.token_forwards  # (C, layers)
+        hidden = torch.cat([r.answer_hidden.flatten(1, 2) for r in reads], 1)  # (layers, Σ C·n, d)
+        targets = torch.cat([torch.as_tensor(list(a) * len(c)) for _, c, a in asks]).to(hidden.device)
+        lp = kernels.lens_logprobs(hidden, parts.norm_weight, parts.unembed, targets, eps=parts.norm_eps)
+        lp = lp.cpu()  # (layers, Σ C·n): one host copy for every chain
+        out, start = [], 0
+        for r in reads:
+            n_layers, c, n, _ = r.answer_hidden.shape
+            out.append((lp[:, start : start + c * n].reshape(n_layers, c, n).sum(-1).T, r.token_forwards))
+            start += c * n
+        return out  # (C, layers) each
+
+    def _reads_many(self, asks, suffix, with_hidden: bool) -> list[Reads]:
+        """Reads of several chains: from the kept KV where it holds them, else in grouped packed forwards."""
+        rows = self._kept_rows(asks)
+        kept = [i for i, r in enumerate(rows) if r is not None]
+        rest = [i for i, r in enumerate(rows) if r is None]
+        out: list[Reads | None] = [None] * len(asks)
+        with self._autocast():
+            if kept:
+                chains = [(rows[i], *asks[i]) for i in kept]
+                got = cached_reads(self.model, self._kept[0], chains, suffix, with_hidden, self.read_batch_tokens * 4)
+                for i, r in zip(kept, got):
+                    out[i] = r
+                self.cached_read_tokens += sum(sum(int(t) for t in asks[i][1]) for i in kept)
+            if rest:
+                for i, r in zip(
+                    rest,
+                    packed_reads_many(self.model, [asks[i] for i in rest], suffix, self.read_batch_tokens, with_hidden),
+                ):
+                    out[i] = r
+        return out
+
+    def _kept_rows(self, asks) -> list[int | None]:
+        """Each ask's row in the kept KV (None: not generated by the last call, or the weights changed since)."""
+        if self._kept is None:
+            return [None] * len(asks)
+        kv, rows, version = self._kept
+        if version != self._weights_version():
+            self.drop_kv()
+            return [None] * len(asks)
+        out = []
+        for ask in asks:
+            row = rows.get(tuple(int(x) for x in torch.as_tensor(ask[0]).reshape(-1).tolist()))
+            out.append(row if row is not None and kv.holds(row, [int(t) for t in ask[1]]) else None)
+        return out
+
+    def drop_kv(self) -> None:
+        """Free the kept keys and values (the trainer calls this when a step's rollout ends)."""
+        self._kept = None
+
+    def _weights_version(self) -> int:
+        return sum(p._version for p in self.model.parameters())
 
     @torch.no_grad()
     def sampled_reads(self, prefix, cuts, suffix, read_len: int, seed: int = 0) -> tuple[torch.Tensor, int]:
@@ -201,6 +259,7 @@ class HFBackend:
         ids, mask, pad = self._left_pad(prompts)
         width = ids.shape[1]
         sampler = [RequestSampler(request_seeds(seed, len(prompts)), temperature, top_p)] if temperature > 0 else []
+        self.drop_kv()
         with self._autocast():
             out = self.model.generate(
                 input_ids=ids,
@@ -213,12 +272,18 @@ class HFBackend:
                 top_k=None,
                 eos_token_id=eos,
                 pad_token_id=pad,
+                return_dict_in_generate=True,
             )
         results = []
-        for row in out[:, width:].tolist():
+        for row in out.sequences[:, width:].tolist():
             if eos is not None and eos in row:
                 row = row[: row.index(eos) + 1]
             results.append(row)
+        if self.keep_kv and out.past_key_values is not None:
+            layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+            rows = {tuple(p) + tuple(r): i for i, (p, r) in enumerate(zip(prompts, results))}
+            starts = [width - len(p) for p in prompts]
+            self._kept = (KeptKV(layers, starts), rows, self._weights_version())
         return results
 
 

@@ -48,16 +48,18 @@ def lens_parts(model) -> LensParts:
 
 class ResidualCapture:
     """Forward hooks that keep each decoder layer's output (the residual stream, before the final norm) at the
-    given sequence positions: (layers, len(positions), d). Used as a context manager around one forward."""
+    given sequence positions of batch row 0, or of the given ``rows`` (one per position): (layers, len(positions), d).
+    Used as a context manager around one forward."""
 
-    def __init__(self, layers: list[torch.nn.Module], positions: torch.Tensor):
+    def __init__(self, layers: list[torch.nn.Module], positions: torch.Tensor, rows: torch.Tensor | None = None):
         self.layers, self.positions = layers, positions
+        self.rows = rows if rows is not None else 0
         self.captured: list[torch.Tensor] = []
         self._hooks: list = []
 
     def _hook(self, module, args, output):
         hidden = output[0] if isinstance(output, tuple) else output  # (B, Q, d)
-        self.captured.append(hidden[0, self.positions].detach())
+        self.captured.append(hidden[self.rows, self.positions].detach())
 
     def __enter__(self) -> ResidualCapture:
         self._hooks = [layer.register_forward_hook(self._hook) for layer in self.layers]

@@ -234,6 +234,11 @@ class Selector:
             chain.response, newline_mask, c.max_candidates, c.range_cap, c.min_tail, chain.budget_left
         )
 
+    def read_floor(self, chain: ChainInput, pool: CandidatePool) -> int:
+        """The fewest token-forwards this selector's belief reads of ``pool`` can cost, when the chain's keys and
+        values are already there (0: the selector reads no belief)."""
+        return 0
+
     def score(
         self, chain: ChainInput, pool: CandidatePool, backend, index: int, seed: int = 0
     ) -> tuple[list[float], int]:
@@ -422,6 +427,9 @@ class ProbeJS(Selector):
     name = "probe_js"
     requires = ("belief_logits", "belief_topk")
 
+    def read_floor(self, chain, pool):
+        return len(pool.positions) * (len(self.config.suffix) + self.config.read_len)  # C·(E + L)
+
     def score(self, chain, pool, backend, index, seed=0):
         result = self.score_many([(index, chain, pool)], backend, seed)[0]
         if isinstance(result, CannotScore):
@@ -477,20 +485,39 @@ class LensShift(Selector):
     requires = ("white_box",)
     needs_answer = True
 
+    def read_floor(self, chain, pool):
+        return len(pool.positions) * (len(self.config.suffix) + len(chain.answer or ()))  # C·(E + n)
+
     def score(self, chain, pool, backend, index, seed=0):
+        result = self.score_many([(index, chain, pool)], backend, seed)[0]
+        if isinstance(result, CannotScore):
+            raise result
+        return result
+
+    def score_many(self, items, backend, seed=0):
+        """Every scorable chain's profiles from one batched read (``lens_profiles_many``), then the read-outs."""
         if not self.config.suffix:
             raise ValueError("lens_shift needs SelectorConfig.suffix (the elicitation suffix token ids)")
-        if not chain.answer:
-            raise CannotScore("no committed answer to teacher-force")
-        if len(pool.positions) < 2:
-            raise CannotScore("one boundary: no belief change to score")
-        prompt = list(chain.prompt)
-        profiles, spent = backend.lens_profiles(
-            prompt + list(chain.response),
-            [len(prompt) + t for t in pool.positions],
-            self.config.suffix,
-            list(chain.answer),
-        )  # (C, layers)
+        backend = self._reader(backend)
+        out: list = [None] * len(items)
+        live = []
+        for k, (_, chain, pool) in enumerate(items):
+            if not chain.answer:
+                out[k] = CannotScore("no committed answer to teacher-force")
+            elif len(pool.positions) < 2:
+                out[k] = CannotScore("one boundary: no belief change to score")
+            else:
+                live.append(k)
+        asks = []
+        for k in live:
+            chain, pool = items[k][1], items[k][2]
+            prompt = list(chain.prompt)
+            asks.append((prompt + list(chain.response), [len(prompt) + t for t in pool.positions], list(chain.answer)))
+        for k, (profiles, spent) in zip(live, backend.lens_profiles_many(asks, self.config.suffix)):  # (C, layers)
+            out[k] = (self._readout(profiles).tolist(), spent)
+        return out
+
+    def _readout(self, profiles: torch.Tensor) -> torch.Tensor:
         n_layers = profiles.shape[1]
         if self.config.lens_layers is not None:
             layers = list(self.config.lens_layers)
@@ -498,8 +525,7 @@ class LensShift(Selector):
                 raise ValueError(f"lens_layers must name layers of this {n_layers}-layer model, got {layers}")
             profiles = profiles[:, layers]
         shape, height, depth = kernels.lens_readouts(profiles, self.config.lens_eps)
-        chosen = {"shape": shape, "height": height, "depth": depth}[self.config.lens_readout]
-        return chosen.tolist(), spent
+        return {"shape": shape, "height": height, "depth": depth}[self.config.lens_readout]
 
 
 class BSV(Selector):

@@ -120,6 +120,7 @@ class VLLMBackend:
             if max_num_batched_tokens:
                 extra["max_num_batched_tokens"] = max_num_batched_tokens
         self.block_size = block_size or (32 if self.on_cpu else 16)
+        self.cached_read_tokens = 0  # prompt tokens of the probe requests served from the prefix cache
         log.info("vLLM KV block size %d tokens (prefix caching reuses whole blocks)", self.block_size)
         self.llm = LLM(
             model=model,
@@ -260,6 +261,7 @@ class VLLMBackend:
             for c, j in enumerate(rows):
                 out = outs[j]
                 spent += len(prompts[j]) - (out.num_cached_tokens or 0) + read_len
+                self.cached_read_tokens += out.num_cached_tokens or 0
                 for pos, entries in enumerate(out.outputs[0].logprobs):
                     # The sampled token is added when it is outside the top-k: keep the k best (ties: lower id).
                     best = sorted(entries.items(), key=lambda kv: (-kv[1].logprob, kv[0]))[:k]

@@ -459,6 +459,8 @@ def step_metrics(
         "refills": sum(tr.refills for tr in generated),
         "fallbacks": sum(tr.fallbacks for tr in generated),
         "probe_tokens": sum(tr.probe_tokens for tr in generated),
+        "probe_tokens_cached": gen.times.probe_cached,
+        "probe_tokens_floor": gen.times.probe_floor,
         "probe_frac": gen.times.select_s / total if total else 0.0,
         "truncated_frac": _mean([float(leaf.truncated) for leaf in leaves]),
         "tokens_generated": gen.times.tokens_generated,

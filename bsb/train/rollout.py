@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -48,6 +48,21 @@ class RolloutTimes:
     generate_s: float = 0.0
     select_s: float = 0.0
     tokens_generated: int = 0
+    probe_cached: int = 0  # prefix tokens the reads took from a cache (vLLM's prefix cache, the kept KV)
+    probe_floor: int = 0  # the reads' floor: C·(E + L) a Probe-JS chain, C·(E + n) a Lens-Shift one
+
+    def add(self, other: RolloutTimes) -> None:
+        """Accumulate another round's times and counts (one process, in sequence)."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    @classmethod
+    def across(cls, ranks: Sequence[RolloutTimes]) -> RolloutTimes:
+        """One round over data-parallel ranks: wall times are the slowest rank's, counts add up."""
+        out = cls(**{f.name: sum(getattr(r, f.name) for r in ranks) for f in fields(cls)})
+        out.generate_s = max(r.generate_s for r in ranks)
+        out.select_s = max(r.select_s for r in ranks)
+        return out
 
 
 def tree_rollout(
@@ -99,15 +114,17 @@ def tree_rollout(
             )
             for s in pending
         ]
-        start = time.perf_counter()
+        start, cached = time.perf_counter(), getattr(reads_backend, "cached_read_tokens", 0)
         sel = selector.select(
             chains, newline_mask, reads_backend, seed=derive(seed, "probe", round_), indices=[base + s for s in pending]
         )
         times.select_s += time.perf_counter() - start
-        for s, choice in zip(pending, sel.choices):
+        times.probe_cached += getattr(reads_backend, "cached_read_tokens", 0) - cached
+        for s, chain, choice in zip(pending, chains, sel.choices):
             forks[s] = choice.fork
             trees[slots[s][0]].fallbacks += bool(choice.fallback) and choice.fork is not None
             trees[slots[s][0]].probe_tokens += choice.token_forwards
+            times.probe_floor += selector.read_floor(chain, choice.pool) if choice.token_forwards else 0
         pending = [s for s in pending if forks[s] is None]
         if not pending:
             break

@@ -48,6 +48,7 @@ from bsb.train import phases
 from bsb.train.config import TrainConfig, resume_changes
 from bsb.train.distributed import close_world, init_world
 from bsb.train.rewards import RewardConfig
+from bsb.train.rollout import RolloutTimes
 from bsb.train.run_folder import RunLock, checkpoint_files, file_checksums, verify_checksums
 from bsb.train.seeds import VAL_SEED, stream
 from bsb.train.sharding import (
@@ -142,6 +143,8 @@ class Trainer:
         reads = self._reader()
         # sharded: forwards of the policy itself (HF rollouts, white-box reads) run on its gathered weights
         self.gathers = self.world.launched and (self.backend is self.hf or reads is self.hf)
+        # reads on the policy that generates: from the keys and values its generation kept (only the suffixes computed)
+        self.hf.keep_kv = reads is self.hf and self.backend is self.hf and self.selector.requires != ()
         self.selector.bind(reads)
         answers = answer_tokens(self.task, self.tok) if self.selector.needs_answer else None
         self.ctx = phases.RolloutContext(self.backend, reads, self.selector, self.newline, self.eos, answers)
@@ -225,14 +228,13 @@ class Trainer:
                 problems = phases.draw(self.task, cfg, step, round_, self.held_out)
                 gen, round_reasons = self._generate_round(problems, kind, stream(cfg.seed, step, round_, "rollout"))
                 reasons += round_reasons
-                total.times.generate_s += gen.times.generate_s
-                total.times.select_s += gen.times.select_s
-                total.times.tokens_generated += gen.times.tokens_generated
+                total.times.add(gen.times)
                 total.census += gen.census
                 generated += gen.trees
                 kept += phases.keep_groups(gen.trees, cfg)
                 if len(kept) >= cfg.prompts_per_step:  # the same on every rank: the trees are gathered
                     break
+        self.hf.drop_kv()  # the last generation's keys and values are not needed by the update
         kept = (kept or generated)[: cfg.prompts_per_step]  # nothing informative: a homogeneous step
         t_rollout = time.perf_counter() - t0
 
@@ -281,9 +283,7 @@ class Trainer:
             return gen, reasons
         parts = self.world.gather((gen.trees, gen.times, gen.census, reasons))
         out = phases.Generated([t for trees, _, _, _ in parts for t in trees], kind=kind)
-        out.times.generate_s = max(times.generate_s for _, times, _, _ in parts)  # wall time: the slowest rank's
-        out.times.select_s = max(times.select_s for _, times, _, _ in parts)
-        out.times.tokens_generated = sum(times.tokens_generated for _, times, _, _ in parts)
+        out.times = RolloutTimes.across([times for _, times, _, _ in parts])
         for _, _, census, _ in parts:
             out.census += census
         return out, sum((why for _, _, _, why in parts), Counter())

@@ -47,22 +47,25 @@ def test_train_rejects_a_config_that_cannot_run(override, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_cost_reproduces_appendix_b_and_reads_a_runs_metrics(tmp_path, capsys):
+def test_cost_reproduces_appendix_b_and_reads_a_runs_metrics(tmp_path, capsys, monkeypatch):
     import json
 
     from bsb.cli import main
 
     rows = [{"step": 0, "val_accuracy": 0.5},
             {"step": 1, "probe_tokens": 100, "tokens_generated": 900, "tokens_trained": 1000, "probe_frac": 0.1},
-            {"step": 2, "probe_tokens": 100, "tokens_generated": 1100, "tokens_trained": 1000, "probe_frac": 0.3}]
+            {"step": 2, "probe_tokens": 100, "tokens_generated": 1100, "tokens_trained": 1000, "probe_frac": 0.3,
+             "probe_tokens_floor": 80}]
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setenv("COLUMNS", "200")  # the design table on one line a row
     main(["cost", "--metrics", str(metrics), "--mean-chain-len", "2000", "--train-tokens", "500000"])
     out = capsys.readouterr().out
     for share in ("6.03%", "1.34%", "1.92%", "0.45%", "16.96%", "3.20%", "26.32%", "4.33%"):  # App. B's math and code arms
         assert share in out, share
     # measured: 200 probe tokens over 2,000 generated; 2·200 / (2·2000 + 6·2000 + 2·200) of the step; 20% wall clock
     assert "10.00%" in out and f"{100 * 400 / (4000 + 12000 + 400):.2f}%" in out and "20.0%" in out
+    assert "packed re-forward" in out and "2.50x the floor" in out  # 200 read tokens, a floor of 80 logged
     with pytest.raises(SystemExit):
         main(["cost", "--metrics", str(tmp_path / "none.jsonl")])
 

@@ -52,3 +52,15 @@ def test_lens_token_forwards():
 def test_bad_shapes_are_clear_errors(bad):
     with pytest.raises(ValueError):
         cost.StepShape(**bad)
+
+
+def test_read_designs_price_the_floor_the_engine_blocks_and_the_packed_forward():
+    s = cost.StepShape(mean_chain_len=1000, train_tokens=300_000, suffix_len=10)
+    per_chain = {d: cost.read_tokens_per_chain(s, d) for d in cost.READ_DESIGNS}
+    assert per_chain == {"floor": 16 * 11, "vllm_block16": 16 * (11 + 7.5), "vllm_block32": 16 * (11 + 15.5),
+                         "vllm_block128": 16 * (11 + 63.5), "packed": 1000 + 16 * 11}
+    assert cost.read_share_of_step(s, "floor") == pytest.approx(cost.probe_over_step(s))  # the floor is Eq. 8's T_probe
+    shares = [cost.read_share_of_step(s, d) for d in ("floor", "vllm_block16", "vllm_block32", "vllm_block128")]
+    assert shares == sorted(shares) and all(0 < x < 1 for x in shares)
+    with pytest.raises(ValueError, match="design must be one of"):
+        cost.read_tokens_per_chain(s, "vllm_block7")

@@ -1,9 +1,12 @@
 """The packed prefix-shared forward agrees with the paper's per-candidate re-forward on every supported family."""
 
+import copy
+
 import pytest
 import torch
 
 from bsb.engine import packed
+from bsb.engine.hf_backend import HFBackend
 from bsb.engine.hf_model import lens_parts
 from bsb.kernels import lens_logprobs
 
@@ -47,7 +50,7 @@ def test_packed_equals_naive_reforward(family, attn):
     torch.testing.assert_close(got.answer_logits, want.answer_logits, atol=2e-5, rtol=1e-5)
     torch.testing.assert_close(got.answer_hidden, want.answer_hidden, atol=2e-5, rtol=1e-5)
     assert got.answer_hidden.shape == (3, 16, 3, 64)
-    assert got.token_forwards == 150 + 16 * 10
+    assert got.token_forwards == max(cuts) + 16 * 10  # the prefix up to the last cut, then every suffix
     assert want.token_forwards == sum(cuts) + 16 * 10
 
 
@@ -58,7 +61,7 @@ def test_max_tokens_splits_the_suffixes_and_keeps_the_reads():
     whole = packed.packed_reads(model, prefix, cuts, suffix)
     split = packed.packed_reads(model, prefix, cuts, suffix, max_tokens=40 + 2 * 5)  # two suffixes per pass
     torch.testing.assert_close(split.read_logits, whole.read_logits, atol=2e-5, rtol=1e-5)
-    assert split.token_forwards == 3 * (40 + 10) and whole.token_forwards == 40 + 30
+    assert split.token_forwards == (9 + 10) + (22 + 10) + (38 + 10) and whole.token_forwards == 38 + 30  # to each group's last cut
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
@@ -76,9 +79,81 @@ def test_grouped_reads_of_several_chains_equal_each_chains_reads(attn, budget):
     for (prefix, cuts), reads in zip(chains, got):
         want = packed.naive_reads(model, prefix, cuts, suffix)
         torch.testing.assert_close(reads.read_logits, want.read_logits, atol=2e-5, rtol=1e-5)
-        assert reads.token_forwards == len(prefix) + len(cuts) * len(suffix)
+        assert reads.token_forwards == max(cuts) + len(cuts) * len(suffix)
         top = torch.topk(reads.read_logits, 20).indices
         assert torch.equal(top, torch.topk(want.read_logits, 20).indices)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("family", ["qwen3", "olmo2"])
+def test_chains_of_one_prompt_forward_their_prompt_once_and_keep_their_reads(family, attn):
+    model = tiny(family, attn)
+    g = torch.Generator().manual_seed(3)
+    suffix, answer = torch.randint(3, 97, (4,), generator=g), torch.randint(3, 97, (2,), generator=g)
+    prompt, other = torch.randint(3, 97, (20,), generator=g).tolist(), torch.randint(3, 97, (9,), generator=g).tolist()
+    chains = [(p + torch.randint(3, 97, (n,), generator=g).tolist(), cuts)
+              for p, n, cuts in [(prompt, 30, [21, 35, 49]), (prompt, 25, [12, 25, 40]),  # a cut inside the prompt
+                                 (prompt, 18, [22, 30]), (other, 14, [10, 20]), (other, 10, [5, 15])]]
+    got = packed.packed_reads_many(model, [(*c, answer) for c in chains], suffix, max_tokens=10_000, with_hidden=True)
+    for (prefix, cuts), reads in zip(chains, got):
+        want = packed.naive_reads(model, prefix, cuts, suffix, answer, with_hidden=True)
+        torch.testing.assert_close(reads.read_logits, want.read_logits, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(reads.answer_hidden, want.answer_hidden, atol=2e-5, rtol=1e-5)
+    own = [49, 40 - 20, 30 - 20, 20, 15 - 9]  # each chain to its last cut, less the prompt its run's first holds
+    assert [r.token_forwards for r in got] == [o + len(c) * 6 for o, (_, c) in zip(own, chains)]
+
+
+def _generated(model, lengths=(5, 12, 8), new=30, seed=1):
+    """A batch the HF backend generated with ``keep_kv``: (backend, prompts, responses)."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(3, 97, (n,), generator=g).tolist() for n in lengths]
+    hf = HFBackend(model, keep_kv=True)
+    responses = hf.generate(prompts, max_new_tokens=new, temperature=1.0, seed=seed, eos_token_id=None)
+    return hf, prompts, responses
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_reads_from_the_kept_kv_equal_the_naive_reforward(family, attn):
+    model = tiny(family, attn)
+    hf, prompts, responses = _generated(model)
+    kv, rows, _ = hf._kept
+    suffix, answer = torch.randint(3, 97, (3,)), torch.randint(3, 97, (2,))
+    chains = []
+    for p, r in zip(prompts, responses):
+        prefix = p + r
+        cuts = sorted({len(p) + 1, len(p) + 5, len(p) + 17, len(prefix) - 1})  # the last cut needs the last kept key
+        chains.append((rows[tuple(prefix)], prefix, cuts, answer))
+    probe = packed.cached_reads(model, kv, [c[:3] for c in chains], suffix)
+    lens = packed.cached_reads(model, kv, chains, suffix, with_hidden=True, max_tokens=60)  # one chain a forward
+    for (_, prefix, cuts, _), p, ln in zip(chains, probe, lens):
+        want = packed.naive_reads(model, prefix, cuts, suffix, answer, with_hidden=True)
+        torch.testing.assert_close(p.read_logits, want.read_logits, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(ln.read_logits, want.read_logits, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(ln.answer_logits, want.answer_logits, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(ln.answer_hidden, want.answer_hidden, atol=2e-5, rtol=1e-5)
+        assert torch.equal(torch.topk(p.read_logits, 20).indices, torch.topk(want.read_logits, 20).indices)
+        assert p.token_forwards == len(cuts) * 3 and ln.token_forwards == len(cuts) * 5  # C·E and C·(E + n)
+
+
+def test_the_kept_kv_serves_the_backends_reads_until_the_weights_change():
+    model = copy.deepcopy(tiny("qwen3", "sdpa"))
+    hf, prompts, responses = _generated(model)
+    suffix = [5, 6]
+    asks = [(p + r, [len(p) + 2, len(p) + 9]) for p, r in zip(prompts, responses)]
+    asks.append((prompts[0] + responses[0][:20], [3, 8]))  # not what the call generated: packed forwards (to the last cut)
+    got = hf.probe_logits(asks, suffix)
+    assert [n for _, n in got] == [4, 4, 4, 8 + 4] and hf.cached_read_tokens == sum(sum(c) for _, c in asks[:3])
+    for (prefix, cuts), (logits, _) in zip(asks, got):
+        want = packed.naive_reads(model, prefix, cuts, suffix).read_logits
+        torch.testing.assert_close(logits[:, 0], want, atol=2e-5, rtol=1e-5)
+    lens = hf.lens_profiles_many([(*a, [7, 8]) for a in asks], suffix)
+    for (prefix, cuts), (profile, _) in zip(asks, lens):
+        torch.testing.assert_close(profile, HFBackend(model).lens_profiles(prefix, cuts, suffix, [7, 8])[0], atol=1e-4, rtol=1e-5)
+    assert [n for _, n in lens] == [8, 8, 8, 8 + 8]
+    with torch.no_grad():
+        model.lm_head.weight.add_(0.01)  # an update: the kept keys are stale
+    assert [n for _, n in hf.probe_logits(asks[:1], suffix)] == [max(asks[0][1]) + 4] and hf._kept is None
 
 
 def test_lens_of_the_last_layer_is_the_models_answer_log_prob():

@@ -3,10 +3,10 @@ runs bsb's own tree rollout over async calls, the tree advantages on verl-shaped
 (verl itself is exercised in tests/verl, in verl's own environment.)"""
 
 import asyncio
-import json
-import re
 import importlib.util
+import json
 import random
+import re
 import threading
 
 import pytest

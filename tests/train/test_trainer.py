@@ -67,6 +67,21 @@ def test_tree_rollout_shapes(model_dir, tmp_path):
     assert times.tokens_generated > 0
 
 
+def test_reads_of_an_hf_rollout_come_from_its_kept_kv_and_choose_the_packed_reads_forks(model_dir, tmp_path):
+    # (this test-size model commits no answers, so Lens-Shift's kept-KV reads are checked in tests/engine/test_packed.py)
+    tr = Trainer(config(model_dir, tmp_path, chains=3))
+    assert tr.hf.keep_kv and tr.backend is tr.hf
+    _, kept = rollout(tr)
+    assert tr.hf._kept is not None  # the siblings' generation left its keys (the trainer drops them after the rollout)
+    tr.hf.keep_kv = False
+    _, packed = rollout(tr)
+    assert [t.fork_positions for t in kept.trees] == [t.fork_positions for t in packed.trees]
+    assert kept.times.probe_cached > 0 and packed.times.probe_cached == 0
+    assert kept.times.probe_floor == packed.times.probe_floor > 0
+    read = lambda g: sum(t.probe_tokens for t in g.trees)  # noqa: E731
+    assert read(kept) <= kept.times.probe_floor < read(packed)  # only the suffixes: C·E (L = 1)
+
+
 def test_resume_continues_exactly(model_dir, tmp_path):
     straight = Trainer(config(model_dir, tmp_path / "a", steps=3, dynamic_sampling=False))
     straight.run()
