@@ -10,8 +10,15 @@ ANSWER_PREFIX = "So the final answer is \\boxed{"  # how a boxed-answer chain st
 
 
 def extract_boxed(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces kept), or of ``\\boxed 5``."""
-    last = None
+    """The content of the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces kept), or of ``\\boxed 5``: how a
+    prediction's answer is read (a response that boxes several answers is graded on its last)."""
+    boxes = extract_all_boxed(text)
+    return boxes[-1] if boxes else None
+
+
+def extract_all_boxed(text: str) -> list[str]:
+    """The content of every closed ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed 5``, in order."""
+    out = []
     for m in _BOX.finditer(text):
         start = m.end()
         if start < len(text) and text[start] == "{":
@@ -19,14 +26,14 @@ def extract_boxed(text: str) -> str | None:
             while j < len(text):
                 depth += {"{": 1, "}": -1}.get(text[j], 0)
                 if depth == 0:
-                    last = text[start + 1 : j]
+                    out.append(text[start + 1 : j])
                     break
                 j += 1
         else:
             word = re.match(r"[^\s$]+", text[start:])
             if word:
-                last = word.group(0)
-    return last
+                out.append(word.group(0))
+    return out
 
 
 _ANSWER_LINE = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")

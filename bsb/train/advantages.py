@@ -10,8 +10,14 @@ tensor per leaf, of the leaf's response length: the advantage of each response t
   segment advantage is subdivided width-proportionally across its sub-segments (App. A, the OLMo setting):
   a segment split at line breaks into pieces of widths w_j (summing to W) gives each token of piece j
   ``A · w_j / W``.
-* :func:`grpo_advantages`, the flat chain baseline: ``(R − R̄) / (σ_R + 1e-4)`` on every token (σ_R the
-  population standard deviation of the group's rewards).
+* :func:`treerl_released_advantages`, what TreeRL's released code computes (not Eq. 7): each node's value
+  ``Ṽ = c (V − V̄) / sqrt(|L|)`` with the leave-one-out scale ``c = n / (n − 1)`` over the tree's n leaves (its
+  ``leaf_normalize``) and ``Ṽ(root) = 0``, and each node's tokens get ``2 Ṽ(node) − Ṽ(parent)``: a leaf's own tokens
+  ``c [2 (R − V̄) − (V_p − V̄) / sqrt(|L_p|)]`` where Eq. 7 gives ``(R − V̄) + (R − V_p)``. For reproducing numbers
+  from TreeRL's scripts; Eq. 7 is the paper's and the default.
+* :func:`grpo_advantages`, the flat chain baseline: ``(R − R̄) / (σ_R + 1e-4)`` on every token, σ_R the population
+  standard deviation of the group's rewards (``std="population"``, bsb's default) or the sample one (``"sample"``,
+  Bessel-corrected, as verl's and TRL's GRPO).
 * :func:`prefix_credit_advantages`, [TwoStage] §4.3: for a group k with a shared prefix,
   ``A_prefix = (Ṽ_k − R̄)/(σ_R + 1e-4)`` with ``Ṽ_k = (1 − β) V̂_k + β M_k`` (descendant mean V̂, max backup M),
   and ``A_cont = ((1 − α)(R − R̄) + α (R − V̂_k))/(σ_R + 1e-4)`` on the continuation; a group with no shared
@@ -75,24 +81,52 @@ def treerl_advantages(tree: PromptTree, newline_mask: torch.Tensor | None = None
     mu_root = sum(root_children) / len(root_children)
     prefix_adv = {g: ((v - v_bar) + (v - mu_root)) / math.sqrt(len(shared[g])) for g, v in v_group.items()}
     leaf_adv = [(r - v_bar) + (r - v_group.get(leaf.group, mu_root)) for r, leaf in zip(rewards, leaves)]
-    out = _broadcast(tree, prefix_adv, leaf_adv)
+    return _subsegments(tree, _broadcast(tree, prefix_adv, leaf_adv), newline_mask)
+
+
+def treerl_released_advantages(tree: PromptTree, newline_mask: torch.Tensor | None = None) -> list[torch.Tensor]:
+    leaves = tree.leaves
+    n = len(leaves)
+    if n < 2:  # no leave-one-out baseline for a lone leaf
+        return [torch.zeros(len(leaf.response)) for leaf in leaves]
+    rewards = [leaf.reward for leaf in leaves]
+    v_bar, c = sum(rewards) / n, n / (n - 1)
+    groups = tree.groups()
+    shared = {g: idx for g, idx in groups.items() if leaves[idx[0]].prefix_len > 0}
+    v_node = {
+        g: c * (sum(rewards[i] for i in idx) / len(idx) - v_bar) / math.sqrt(len(idx)) for g, idx in shared.items()
+    }
+    prefix_adv = {g: 2 * v for g, v in v_node.items()}  # 2 Ṽ(prefix) − Ṽ(root), Ṽ(root) = 0
+    leaf_adv = [2 * c * (r - v_bar) - v_node.get(leaf.group, 0.0) for r, leaf in zip(rewards, leaves)]
+    return _subsegments(tree, _broadcast(tree, prefix_adv, leaf_adv), newline_mask)
+
+
+def _subsegments(tree: PromptTree, out: list[torch.Tensor], newline_mask: torch.Tensor | None) -> list[torch.Tensor]:
+    """App. A's width-proportional subdivision of each segment's advantage at line breaks (in place)."""
     if newline_mask is not None:
-        for a, leaf in zip(out, leaves):
+        for a, leaf in zip(out, tree.leaves):
             p = leaf.prefix_len
             a[:p] *= _width_factors(leaf.response[:p], newline_mask)
             a[p:] *= _width_factors(leaf.response[p:], newline_mask)
     return out
 
 
-def _mean_std(rewards: list[float]) -> tuple[float, float]:
+GRPO_STDS = ("population", "sample")
+
+
+def _mean_std(rewards: list[float], std: str = "population") -> tuple[float, float]:
+    if std not in GRPO_STDS:
+        raise ValueError(f"grpo_std must be one of {', '.join(GRPO_STDS)}, got {std!r}")
     r = torch.tensor(rewards, dtype=torch.float64)
-    return r.mean().item(), r.std(correction=0).item()
+    if std == "sample" and r.numel() < 2:
+        return r.mean().item(), 0.0  # one reward: no spread (verl then divides by 1; the advantage is 0 either way)
+    return r.mean().item(), r.std(correction=0 if std == "population" else 1).item()
 
 
-def grpo_advantages(tree: PromptTree) -> list[torch.Tensor]:
+def grpo_advantages(tree: PromptTree, std: str = "population") -> list[torch.Tensor]:
     if not tree.leaves:
         return []
-    mean, std = _mean_std(tree.rewards)
+    mean, std = _mean_std(tree.rewards, std)
     return [
         torch.full((len(leaf.response),), (leaf.reward - mean) / (std + STD_EPS), dtype=torch.float32)
         for leaf in tree.leaves
@@ -100,15 +134,15 @@ def grpo_advantages(tree: PromptTree) -> list[torch.Tensor]:
 
 
 def prefix_credit_advantages(
-    tree: PromptTree, beta: float = 0.0, alpha: float = 0.5, clamped: bool = False
+    tree: PromptTree, beta: float = 0.0, alpha: float = 0.5, clamped: bool = False, std: str = "population"
 ) -> list[torch.Tensor]:
     if not 0.0 <= beta <= 1.0 or not 0.0 <= alpha <= 1.0:
         raise ValueError(f"beta and alpha must be in [0, 1], got beta={beta}, alpha={alpha}")
     if not tree.leaves:
         return []
     rewards = tree.rewards
-    r_bar, std = _mean_std(rewards)
-    scale = 1.0 / (std + STD_EPS)
+    r_bar, sigma = _mean_std(rewards, std)
+    scale = 1.0 / (sigma + STD_EPS)
     prefix_adv, v_hat = {}, {}
     for g, idx in tree.groups().items():
         if tree.leaves[idx[0]].prefix_len > 0:
@@ -152,8 +186,8 @@ def _an_estimator(obj) -> str:
     return "" if callable(obj) and not isinstance(obj, type) else "not a function tree -> per-leaf advantages"
 
 
-# An estimator is ``fn(tree, *, newline_mask, beta, alpha, subsegments, clamped) -> [Tensor per leaf]``; one of your own
-# registers with ``@ADVANTAGES.register("name")`` and takes ``**options`` for the options it does not read.
+# An estimator is ``fn(tree, *, newline_mask, beta, alpha, subsegments, clamped, std) -> [Tensor per leaf]``; one of
+# yours registers with ``@ADVANTAGES.register("name")`` and takes ``**options`` for the options it does not read.
 ADVANTAGES: Registry = Registry("advantage", _an_estimator, noun="function")
 
 
@@ -162,16 +196,21 @@ def _treerl(tree: PromptTree, *, newline_mask=None, subsegments: bool = False, *
     return treerl_advantages(tree, newline_mask if subsegments else None)
 
 
+@ADVANTAGES.register("treerl_released")
+def _treerl_released(tree: PromptTree, *, newline_mask=None, subsegments: bool = False, **_) -> list[torch.Tensor]:
+    return treerl_released_advantages(tree, newline_mask if subsegments else None)
+
+
 @ADVANTAGES.register("grpo")
-def _grpo(tree: PromptTree, **_) -> list[torch.Tensor]:
-    return grpo_advantages(tree)
+def _grpo(tree: PromptTree, *, std: str = "population", **_) -> list[torch.Tensor]:
+    return grpo_advantages(tree, std)
 
 
 @ADVANTAGES.register("prefix_credit")
 def _prefix_credit(
-    tree: PromptTree, *, beta: float = 0.0, alpha: float = 0.5, clamped: bool = False, **_
+    tree: PromptTree, *, beta: float = 0.0, alpha: float = 0.5, clamped: bool = False, std: str = "population", **_
 ) -> list[torch.Tensor]:
-    return prefix_credit_advantages(tree, beta, alpha, clamped)
+    return prefix_credit_advantages(tree, beta, alpha, clamped, std)
 
 
 def advantages(
@@ -183,10 +222,12 @@ def advantages(
     subsegments: bool = False,
     clamped: bool = False,
     zero_cont_mass: bool = False,
+    std: str = "population",
 ) -> list[torch.Tensor]:
-    """The estimator ``kind`` (registered in :data:`ADVANTAGES`, or ``package.module:function``);
-    ``zero_cont_mass`` then centres the continuations."""
+    """The estimator ``kind`` (registered in :data:`ADVANTAGES`, or ``package.module:function``); ``std``: the
+    standard deviation of the estimators that standardise (``grpo``, ``prefix_credit``); ``zero_cont_mass`` then
+    centres the continuations."""
     out = ADVANTAGES.get(kind)(
-        tree, newline_mask=newline_mask, beta=beta, alpha=alpha, subsegments=subsegments, clamped=clamped
+        tree, newline_mask=newline_mask, beta=beta, alpha=alpha, subsegments=subsegments, clamped=clamped, std=std
     )
     return zero_continuation_mass(tree, out) if zero_cont_mass else out

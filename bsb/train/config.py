@@ -20,7 +20,7 @@ from bsb.fields import check_values
 from bsb.fields import help_field as _f
 from bsb.registry import import_plugins
 from bsb.tasks.prompting import PROMPT_FORMATS
-from bsb.train.advantages import ADVANTAGES
+from bsb.train.advantages import ADVANTAGES, GRPO_STDS
 from bsb.train.loss import LOSS_AGGS, LOSSES
 from bsb.train.samplers import EARLY_EOS_RULES
 
@@ -118,7 +118,13 @@ class TrainConfig(ProbeConfig):
         "metric) | reward (then leaves that differ only by the overlong penalty count)",
     )
     # --- advantages and loss
-    advantage: str = _f("treerl", "treerl (Eq. 7) | grpo | prefix_credit ([TwoStage] §4.3)")
+    advantage: str = _f(
+        "treerl",
+        "treerl (Eq. 7) | treerl_released (TreeRL's released code, not Eq. 7) | grpo | prefix_credit ([TwoStage] §4.3)",
+    )
+    grpo_std: str = _f(
+        "population", "σ_R of grpo and prefix_credit: population | sample (Bessel-corrected, as verl's and TRL's GRPO)"
+    )
     subsegments: bool = _f(False, "TreeRL: subdivide segment advantages width-proportionally at line breaks")
     prefix_beta: float = _f(0.0, "prefix_credit: max-backup bonus β (0.25 in [TwoStage]'s bonus arms)")
     prefix_alpha: float = _f(0.5, "prefix_credit: continuation mix α")
@@ -136,11 +142,19 @@ class TrainConfig(ProbeConfig):
     )
     clip_low: float = _f(0.2, "PPO clip ε_low")
     clip_high: float = _f(0.28, "PPO clip ε_high (clip-higher; 0.2 = symmetric, standard GRPO)")
+    clip_ratio_c: float | None = _f(
+        3.0, "dual clip: a negative-advantage token's loss capped at ratio c (verl's clip_ratio_c, > 1); null: off"
+    )
     # --- batching and optimisation
     steps: int = _f(40, "training steps (rollout batches)")
     prompts_per_step: int = _f(8, "P_train groups trained per step")
     gen_prompts: int = _f(16, "P_gen prompts generated per round (dynamic sampling keeps the informative groups)")
     max_gen_rounds: int = _f(2, "generation rounds per step to fill P_train groups")
+    fill_batch: bool = _f(
+        False,
+        "verl's DAPO trainer: rounds until P_train groups are kept, an error after max_gen_rounds; false: train on "
+        "what max_gen_rounds kept",
+    )
     homogeneous: str = _f(
         "zero_grad_step", "a mini-batch with no non-zero advantage: zero_grad_step | skip_step | backward"
     )
@@ -279,6 +293,11 @@ class TrainConfig(ProbeConfig):
             ),
             (self.lr > 0 and self.grad_clip > 0, "lr and grad_clip must be > 0"),
             (0 <= self.clip_low < 1 and self.clip_high >= 0, "clip_low must be in [0, 1) and clip_high >= 0"),
+            (self.grpo_std in GRPO_STDS, f"grpo_std must be one of {', '.join(GRPO_STDS)}, got {self.grpo_std!r}"),
+            (
+                self.clip_ratio_c is None or self.clip_ratio_c > 1,
+                f"clip_ratio_c must be > 1 (verl's dual clip) or null (off), got {self.clip_ratio_c}",
+            ),
             (
                 self.val_every >= 0 and self.save_every >= 0 and self.val_problems >= 1,
                 "val_every and save_every must be >= 0, val_problems >= 1",

@@ -95,6 +95,9 @@ def response_logprobs_full(
     return torch.stack(rows), mask.to(device)
 
 
+CLIP_STATS = ("clip_frac", "clip_frac_lower", "ratio_out_frac")  # token fractions a loss reports (see composite_loss)
+
+
 def composite_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -105,33 +108,51 @@ def composite_loss(
     clip_high: float = 0.28,
     agg: str = "token-mean",
     n_sequences: int | None = None,
+    clip_ratio_c: float | None = 3.0,
 ) -> tuple[torch.Tensor, dict]:
     """Clipped surrogate aggregated by ``agg`` (:data:`LOSS_AGGS`). ``n_tokens`` / ``n_sequences``: the whole
-    mini-batch's token / sequence count when it is split into micro-batches (default: this batch's). Returns the
-    loss and the clip fraction."""
+    mini-batch's token / sequence count when it is split into micro-batches (default: this batch's).
+
+    ``clip_ratio_c``: dual clip (Ye et al. 2020, verl's ``clip_ratio_c``, default 3 as verl's): a negative-advantage
+    token's loss is capped at ``−A·c``, so a ratio far above 1 cannot blow it up; None turns it off. Returns the loss
+    and, as fractions of the batch's tokens, verl's definitions: ``clip_frac`` (``pg_clipfrac``: the clipped term
+    binds), ``clip_frac_lower`` (``pg_clipfrac_lower``: the dual clip binds), and ``ratio_out_frac`` (the ratio lies
+    outside ``[1 − clip_low, 1 + clip_high]``, bsb's earlier ``clip_frac``)."""
     if agg not in LOSS_AGGS:
         raise ValueError(f"loss aggregation must be one of {', '.join(LOSS_AGGS)}, got {agg!r}")
+    if clip_ratio_c is not None and not clip_ratio_c > 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 (or None: no dual clip), got {clip_ratio_c}")
     m = mask.float()
     ratio = torch.exp(logp - old_logp)
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    surrogate = torch.minimum(ratio * adv, clipped * adv) * m  # (B, R)
+    # verl's terms: pg_losses1 = −A·r, pg_losses2 = −A·clip(r); the loss is their max, then the dual clip
+    loss1, loss2 = -adv * ratio, -adv * clipped
+    token_loss = torch.maximum(loss1, loss2)
+    lower = torch.zeros_like(token_loss, dtype=torch.bool)
+    if clip_ratio_c is not None:
+        cap = -adv * clip_ratio_c
+        lower = (adv < 0) & (token_loss > cap)
+        token_loss = torch.where(adv < 0, torch.minimum(token_loss, cap), token_loss)
+    token_loss = token_loss * m  # (B, R)
     if agg == "token-mean":
-        loss = -surrogate.sum() / (n_tokens if n_tokens is not None else max(1, int(mask.sum())))
+        loss = token_loss.sum() / (n_tokens if n_tokens is not None else max(1, int(mask.sum())))
     else:
-        per_seq = surrogate.sum(-1)  # (B,)
+        per_seq = token_loss.sum(-1)  # (B,)
         if agg == "seq-mean-token-mean":
             per_seq = per_seq / m.sum(-1).clamp(min=1.0)
-        loss = -per_seq.sum() / (n_sequences if n_sequences is not None else logp.shape[0])
-    clip_frac = (((ratio - clipped).abs() > 0).float() * m).sum().item() / max(1.0, m.sum().item())
-    return loss, {"clip_frac": clip_frac}
+        loss = per_seq.sum() / (n_sequences if n_sequences is not None else logp.shape[0])
+    count = max(1.0, m.sum().item())
+    fracs = torch.stack([(loss2 > loss1).float(), lower.float(), ((ratio - clipped).abs() > 0).float()])
+    stats = ((fracs * m).sum((1, 2)) / count).tolist()  # one host sync
+    return loss, dict(zip(CLIP_STATS, stats))
 
 
 def flat_loss(
     logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, n_sequences: int | None = None
 ) -> tuple[torch.Tensor, dict]:
-    """Sequence-summed weighted NLL averaged over ``n_sequences`` (default: the rows given)."""
+    """Sequence-summed weighted NLL averaged over ``n_sequences`` (default: the rows given); nothing is clipped."""
     g = n_sequences if n_sequences is not None else logp.shape[0]
-    return -((adv * logp) * mask.float()).sum() / g, {"clip_frac": 0.0}
+    return -((adv * logp) * mask.float()).sum() / g, dict.fromkeys(CLIP_STATS, 0.0)
 
 
 def zero_grad_step(optimizer: torch.optim.Optimizer) -> None:
@@ -147,16 +168,17 @@ def _a_loss(obj) -> str:
     return "" if callable(obj) and not isinstance(obj, type) else "not a loss function"
 
 
-# A loss is ``fn(logp, old_logp, adv, mask, *, n_tokens, n_seqs, clip_low, clip_high, agg) -> (loss, info)`` with
-# ``info["clip_frac"]``; one of your own registers with ``@LOSSES.register("name")`` and takes ``**options``. A loss
-# that takes ratios against the rollout policy sets ``fn.needs_old_logp = True``: with several mini-batches a step,
-# the trainer then records the rollout policy's log-probs before the first optimizer step moves it.
+# A loss is ``fn(logp, old_logp, adv, mask, *, n_tokens, n_seqs, clip_low, clip_high, clip_ratio_c, agg) ->
+# (loss, info)`` with ``info["clip_frac"]`` (and any of CLIP_STATS it has: a missing one logs 0); one of your own
+# registers with ``@LOSSES.register("name")`` and takes ``**options``. A loss that takes ratios against the rollout
+# policy sets ``fn.needs_old_logp = True``: with several mini-batches a step, the trainer then records the rollout
+# policy's log-probs before the first optimizer step moves it.
 LOSSES: Registry = Registry("loss", _a_loss, noun="function")
 
 
 @LOSSES.register("composite")
-def _composite(logp, old_logp, adv, mask, *, n_tokens, n_seqs, clip_low, clip_high, agg, **_):
-    return composite_loss(logp, old_logp, adv, mask, n_tokens, clip_low, clip_high, agg, n_seqs)
+def _composite(logp, old_logp, adv, mask, *, n_tokens, n_seqs, clip_low, clip_high, agg, clip_ratio_c=3.0, **_):
+    return composite_loss(logp, old_logp, adv, mask, n_tokens, clip_low, clip_high, agg, n_seqs, clip_ratio_c)
 
 
 _composite.needs_old_logp = True

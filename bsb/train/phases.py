@@ -30,7 +30,7 @@ from bsb.tasks.base import Problem, Task
 from bsb.train.advantages import advantages
 from bsb.train.config import TrainConfig
 from bsb.train.distributed import SOLO, World
-from bsb.train.loss import LOSSES, response_logprobs, zero_grad_step
+from bsb.train.loss import CLIP_STATS, LOSSES, response_logprobs, zero_grad_step
 from bsb.train.rewards import RewardConfig, leaf_reward
 from bsb.train.rollout import RolloutTimes, TreeConfig, flat_rollout, tree_rollout
 from bsb.train.samplers import TwoStageConfig, two_stage_trees
@@ -195,6 +195,7 @@ def advantage_rows(kept: Sequence[PromptTree], cfg: TrainConfig, newline: torch.
             cfg.subsegments,
             cfg.clamped_prefix,
             cfg.zero_cont_token_mass,
+            cfg.grpo_std,
         )
         rows += [Row(leaf.prompt, leaf.response, a, q) for leaf, a in zip(tree.leaves, advs)]
     return rows
@@ -238,7 +239,13 @@ def update_policy(
     process would on the same rows. A rank with fewer rows runs empty micro-batches (:func:`_backward`): FSDP's
     forwards are collectives, every rank issues the same number."""
     if not rows:
-        return {"loss": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "optimizer": "no rows", "lr": sched.get_last_lr()[0]}
+        return {
+            "loss": 0.0,
+            "grad_norm": 0.0,
+            **dict.fromkeys(CLIP_STATS, 0.0),
+            "optimizer": "no rows",
+            "lr": sched.get_last_lr()[0],
+        }
     policy.train()
     try:
         with autocast(next(policy.parameters()).device, compute_dtype):
@@ -269,7 +276,8 @@ def _backward(
     rank and (clipped tokens, tokens) summed over every rank. The loss is scaled by the world size: FSDP2 averages
     gradients over ranks, the normalisers are already global."""
     mine, most = _share(todo, world)
-    total, clipped, tokens = 0.0, 0.0, 0.0
+    total, tokens = 0.0, 0.0
+    clipped = dict.fromkeys(CLIP_STATS, 0.0)  # tokens of each clip statistic
     for i0 in range(0, most, cfg.micro_batch):
         chunk = mine[i0 : i0 + cfg.micro_batch]
         if not chunk:  # an empty micro-batch: the same collectives as the others, no gradient
@@ -296,13 +304,16 @@ def _backward(
             n_seqs=n_seqs,
             clip_low=cfg.clip_low,
             clip_high=cfg.clip_high,
+            clip_ratio_c=cfg.clip_ratio_c,
             agg=cfg.loss_agg,
         )
         (loss * world.size if world.launched else loss).backward()
         total += loss.item()
         n = float(mask.sum().item())
-        clipped, tokens = clipped + info["clip_frac"] * n, tokens + n
-    return world.sum(total), (world.sum(clipped), world.sum(tokens))
+        tokens += n
+        for k in CLIP_STATS:
+            clipped[k] += info.get(k, 0.0) * n
+    return world.sum(total), ({k: world.sum(v) for k, v in clipped.items()}, world.sum(tokens))
 
 
 def _old_logprobs(policy, rows: list[Row], plan: list[list[int]], cfg: TrainConfig, pad: int, world: World) -> dict:
@@ -343,13 +354,14 @@ def _homogeneous(opt, sched, cfg: TrainConfig) -> str:
 
 
 def _update_summary(losses, norms, clips, kinds, sched) -> dict:
-    """One step's update metrics: mean loss and gradient norm, the clip fraction (clipped tokens over the step's
-    back-propagated tokens), the optimizer's moves, the lr."""
-    clipped, tokens = map(sum, zip(*clips)) if clips else (0.0, 0.0)
+    """One step's update metrics: mean loss and gradient norm, the clip fractions (tokens over the step's
+    back-propagated tokens, :data:`~bsb.train.loss.CLIP_STATS`), the optimizer's moves, the lr."""
+    tokens = sum(n for _, n in clips)
+    frac = {k: sum(c[k] for c, _ in clips) / tokens if tokens else math.nan for k in CLIP_STATS}
     return {
         "loss": _mean(losses),
         "grad_norm": _mean(norms),
-        "clip_frac": clipped / tokens if tokens else math.nan,
+        **frac,
         "optimizer": ",".join(kinds),
         "lr": sched.get_last_lr()[0],
     }

@@ -235,6 +235,13 @@ class Trainer:
                 if len(kept) >= cfg.prompts_per_step:  # the same on every rank: the trees are gathered
                     break
         self.hf.drop_kv()  # the last generation's keys and values are not needed by the update
+        if cfg.fill_batch and len(kept) < cfg.prompts_per_step:  # verl's DAPO trainer raises here too
+            raise ValueError(
+                f"step {step}: fill_batch kept {len(kept)} of prompts_per_step={cfg.prompts_per_step} informative "
+                f"groups in max_gen_rounds={cfg.max_gen_rounds} rounds of {cfg.gen_prompts} prompts; raise "
+                "max_gen_rounds or gen_prompts (the problems may be too hard or too easy for the model), or set "
+                "fill_batch false"
+            )
         kept = (kept or generated)[: cfg.prompts_per_step]  # nothing informative: a homogeneous step
         t_rollout = time.perf_counter() - t0
 

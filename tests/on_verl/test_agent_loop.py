@@ -148,6 +148,8 @@ def _trees():
     ("bsb_treerl", "treerl", {}, {}),
     ("bsb_prefix_credit", "prefix_credit", {"prefix_beta": 0.25, "prefix_alpha": 0.3}, {"beta": 0.25, "alpha": 0.3}),
     ("bsb_prefix_credit", "prefix_credit", {"prefix_beta": 0.25, "clamped_prefix": True}, {"beta": 0.25, "clamped": True}),
+    ("bsb_prefix_credit", "prefix_credit", {"grpo_std": "sample"}, {"std": "sample"}),
+    ("bsb_treerl_released", "treerl_released", {}, {}),
 ])
 def test_verls_advantage_step_with_bsbs_estimators_equals_bsbs_advantages(compose, overrides, name, kind, bsb, opts):
     from verl.trainer.ppo.ray_trainer import compute_advantage
@@ -170,8 +172,10 @@ def test_the_estimator_reads_its_options_from_the_bsb_section_of_the_root_config
     from bsb.integrations.verl.estimators import estimator_options
 
     config = compose(*overrides, "bsb.prefix_beta=0.25", "bsb.zero_cont_token_mass=true")
-    assert estimator_options(config.algorithm) == dict(beta=0.25, alpha=0.5, clamped=False, zero_cont_mass=True)
-    assert estimator_options(OmegaConf.create({"gamma": 1.0})) == dict(beta=0.0, alpha=0.5, clamped=False, zero_cont_mass=False)
+    assert estimator_options(config.algorithm) == dict(beta=0.25, alpha=0.5, clamped=False, zero_cont_mass=True,
+                                                       std="population")
+    assert estimator_options(OmegaConf.create({"gamma": 1.0})) == dict(beta=0.0, alpha=0.5, clamped=False, zero_cont_mass=False,
+                                                                       std="population")
 
 
 def test_a_code_rows_ground_truth_becomes_the_code_tasks_hidden_tests():

@@ -98,3 +98,49 @@ def test_bad_kind_and_arguments():
         prefix_credit_advantages(tree([[1, 0]]), beta=2.0)
     with pytest.raises(ValueError, match="prefix_len"):
         Leaf([1], [2, 3], 0, 5)
+
+
+def test_treerl_released_code_on_a_hand_tree_m4_k2():
+    """TreeRL's released code on M = 4 chains with k = 2 siblings each (12 leaves, groups of 3 sharing a prefix): the
+    leave-one-out scale c = 12/11, node values c(V − V̄)/sqrt|L| (root 0), tokens 2Ṽ(node) − Ṽ(parent)."""
+    from bsb.train.advantages import treerl_released_advantages
+
+    t = tree([[1, 1, 0], [0, 0, 0], [1, 0, 0], [1, 1, 1]])
+    adv = treerl_released_advantages(t)
+    c, v_bar = 12 / 11, 6 / 12
+    v = [2 / 3, 0.0, 1 / 3, 1.0]  # each group's mean reward
+    for i, leaf in enumerate(t.leaves):
+        g, r = leaf.group, leaf.reward
+        prefix = c * 2 * (v[g] - v_bar) / math.sqrt(3)  # peers: c·2(V_p − V̄)/sqrt(L_p)
+        own = c * (2 * (r - v_bar) - (v[g] - v_bar) / math.sqrt(3))  # peers: c·[2(R − V̄) − (V_p − V̄)/sqrt(L_p)]
+        torch.testing.assert_close(adv[i], torch.tensor([prefix] * 2 + [own] * 3), atol=1e-6, rtol=0)
+    # the first leaf by the numbers: c·[2·0.5 − (1/6)/sqrt(3)] = 0.98594; its prefix c·2·(1/6)/sqrt(3) = 0.20994
+    assert adv[0][2].item() == pytest.approx(0.98594, abs=1e-5) and adv[0][0].item() == pytest.approx(0.20994, abs=1e-5)
+    eq7 = treerl_advantages(t)
+    assert not torch.allclose(eq7[0], adv[0])  # not Eq. 7: (R − V̄) + (R − V_p) = 0.5 + 1/3 on the first leaf
+    assert eq7[0][2].item() == pytest.approx(0.5 + 1 / 3)
+
+
+def test_treerl_released_code_leaves_off_the_root_and_a_lone_leaf():
+    from bsb.train.advantages import treerl_released_advantages
+
+    t = tree([[1, 0, 0], [0, 1]], prefix=[2, 0])  # group 1 forked at 0: its leaves hang off the root (Ṽ = 0)
+    adv = treerl_released_advantages(t)
+    c, v_bar = 5 / 4, 2 / 5
+    assert adv[3][0].item() == pytest.approx(2 * c * (0 - v_bar)) and adv[4][0].item() == pytest.approx(2 * c * (1 - v_bar))
+    assert all((a == 0).all() for a in treerl_released_advantages(tree([[1]])))
+    assert advantages(t, "treerl_released")[0].tolist() == adv[0].tolist()  # registered under its own name
+
+
+def test_grpo_std_population_or_sample():
+    t = tree([[1, 0]], prefix=0)
+    pop = grpo_advantages(t)  # σ = 0.5: (1 − 0.5) / (0.5 + 1e-4)
+    sample = grpo_advantages(t, std="sample")  # σ = sqrt(0.5): verl's and TRL's torch.std
+    assert pop[0][0].item() == pytest.approx(0.5 / (0.5 + STD_EPS)) and pop[0][0].item() == pytest.approx(0.9998, abs=1e-4)
+    assert sample[0][0].item() == pytest.approx(0.5 / (math.sqrt(0.5) + STD_EPS)) and sample[0][0].item() == pytest.approx(0.7070, abs=1e-4)
+    credit = advantages(tree([[1, 0, 0], [1, 1, 0]]), "prefix_credit", std="sample")
+    rewards = torch.tensor([1.0, 0, 0, 1, 1, 0])
+    assert credit[0][-1].item() == pytest.approx(((1 - 0.5) * (1 - 0.5) + 0.5 * (1 - 1 / 3)) / (rewards.std().item() + STD_EPS))
+    assert grpo_advantages(tree([[1]], prefix=0), std="sample")[0].tolist() == [0.0] * 3  # one leaf: no spread
+    with pytest.raises(ValueError, match="grpo_std must be one of"):
+        grpo_advantages(t, std="bessel")

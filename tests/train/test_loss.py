@@ -129,3 +129,32 @@ def test_symmetric_and_asymmetric_clipping():
     sym, info_s = composite_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.2)
     assert asym.item() == pytest.approx(-1.25) and info_a["clip_frac"] == 0.0
     assert sym.item() == pytest.approx(-1.2) and info_s["clip_frac"] == 1.0
+
+
+def test_dual_clip_caps_negative_advantage_tokens_at_ratio_c_as_verl():
+    """Ratios 4, 2, 4, 0.5 with advantages −1, −1, +1, +1 (clip 0.2 / 0.28, c = 3), by hand from verl's
+    compute_policy_loss_vanilla: −A·r and −A·clip(r) → their max → for A < 0 the min with −A·c."""
+    logp = torch.log(torch.tensor([[4.0, 2.0, 4.0, 0.5]])).requires_grad_()
+    old, mask = torch.zeros(1, 4), torch.ones(1, 4, dtype=torch.bool)
+    adv = torch.tensor([[-1.0, -1.0, 1.0, 1.0]])
+    loss, info = composite_loss(logp, old, adv, mask, clip_ratio_c=3.0)
+    # token losses: min(max(4, 1.28), 3) = 3 (the cap binds); max(2, 1.28) = 2 (under the cap); max(−4, −1.28) = −1.28
+    # (the clipped term binds); max(−0.5, −0.8) = −0.5 (below the range, the unclipped term is the larger loss)
+    assert loss.item() == pytest.approx((3 + 2 - 1.28 - 0.5) / 4)
+    assert info == pytest.approx({"clip_frac": 1 / 4, "clip_frac_lower": 1 / 4, "ratio_out_frac": 4 / 4})
+    loss.backward()
+    assert logp.grad[0, 0] == 0.0 and logp.grad[0, 1] != 0.0  # a capped token's loss is a constant
+    off, info_off = composite_loss(logp.detach(), old, adv, mask, clip_ratio_c=None)
+    assert off.item() == pytest.approx((4 + 2 - 1.28 - 0.5) / 4) and info_off["clip_frac_lower"] == 0.0
+    below, _ = composite_loss(logp.detach(), old, adv, mask, clip_ratio_c=5.0)  # every ratio under the cap: no change
+    assert below.item() == pytest.approx(off.item())
+    with pytest.raises(ValueError, match="clip_ratio_c must be > 1"):
+        composite_loss(logp, old, adv, mask, clip_ratio_c=1.0)
+
+
+def test_clip_frac_counts_where_the_clipped_term_binds_not_where_the_ratio_is_out_of_range():
+    """verl's pg_clipfrac: a ratio of 1.5 with a negative advantage lies outside the range, but the unclipped term is
+    the larger loss, so nothing is clipped there; the same ratio with a positive advantage is clipped."""
+    logp = torch.log(torch.tensor([[1.5, 1.5]]))
+    _, info = composite_loss(logp, torch.zeros(1, 2), torch.tensor([[-1.0, 1.0]]), torch.ones(1, 2, dtype=torch.bool))
+    assert info["clip_frac"] == 0.5 and info["ratio_out_frac"] == 1.0

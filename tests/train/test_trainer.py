@@ -191,6 +191,30 @@ def test_dynamic_sampling_keeps_groups_whose_accuracy_differs(model_dir, tmp_pat
     assert len(set(calls)) == 2  # each round its own seed stream
 
 
+@pytest.mark.parametrize("fill", [False, True])
+def test_fill_batch_trains_exactly_p_train_groups_or_names_the_shortfall(model_dir, tmp_path, monkeypatch, fill):
+    """verl's DAPO trainer: rounds until P_train groups are kept, then exactly P_train; an error after the last round."""
+    tr = Trainer(config(model_dir, tmp_path, prompts_per_step=2, gen_prompts=2, max_gen_rounds=2, steps=1,
+                        fill_batch=fill))
+    calls = []  # round 1 keeps one informative group, round 2 two more: three kept, two trained
+    fake, score = _fake_generate(calls, [[[1.0, 1.0], [0.0, 1.0]], [[0.0, 1.0], [1.0, 0.0]]])
+    monkeypatch.setattr(phases, "generate_trees", fake)
+    monkeypatch.setattr(phases, "score_trees", score)
+    m = tr.train_step()
+    assert len(calls) == 2 and m["groups_kept"] == 2 and m["tokens_trained"] == 2 * 2 * 2  # 2 groups × 2 leaves × 2
+    tr2 = Trainer(config(model_dir, tmp_path / "short", prompts_per_step=2, gen_prompts=2, max_gen_rounds=2, steps=1,
+                         fill_batch=fill))
+    calls.clear()
+    fake, score = _fake_generate(calls, [[[1.0, 1.0], [0.0, 1.0]], [[0.0, 0.0], [1.0, 1.0]]])  # one kept in two rounds
+    monkeypatch.setattr(phases, "generate_trees", fake)
+    monkeypatch.setattr(phases, "score_trees", score)
+    if fill:
+        with pytest.raises(ValueError, match="fill_batch kept 1 of prompts_per_step=2 informative groups in max_gen_rounds=2"):
+            tr2.train_step()
+    else:
+        assert tr2.train_step()["groups_kept"] == 1  # the default trains on what the rounds kept
+
+
 @pytest.mark.parametrize("keep_by,kept", [("accuracy", 0), ("reward", 1)])
 def test_an_all_wrong_group_that_differs_only_by_the_overlong_penalty(model_dir, tmp_path, monkeypatch, keep_by, kept):
     """[Fork] App. A filters by accuracy: all-wrong leaves with rewards 0 and -0.5 (penalty) carry no signal."""

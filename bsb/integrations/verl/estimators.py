@@ -1,4 +1,4 @@
-"""Tree advantages on verl's batch: ``bsb_treerl`` and ``bsb_prefix_credit``.
+"""Tree advantages on verl's batch: ``bsb_treerl``, ``bsb_treerl_released`` and ``bsb_prefix_credit``.
 
 verl's advantage step hands a registered estimator only ``token_level_rewards`` (B, T), ``response_mask`` (B, T),
 ``index`` (each row's ``uid``) and ``config`` (the ``algorithm`` section). The tree therefore travels in the uid:
@@ -53,6 +53,7 @@ def tree_advantages(
     alpha: float = 0.5,
     clamped: bool = False,
     zero_cont_mass: bool = False,
+    std: str = "population",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns), each (B, T): bsb's ``kind`` advantages of every prompt's tree (rows grouped by the
     prompt uid in ``index``), zero off the response mask. Returns equal advantages (outcome-reward estimators)."""
@@ -79,22 +80,27 @@ def tree_advantages(
     out = torch.zeros_like(token_level_rewards, dtype=torch.float32)
     for tree, rows in trees.values():
         for row, adv in zip(
-            rows, advantages(tree, kind, beta=beta, alpha=alpha, clamped=clamped, zero_cont_mass=zero_cont_mass)
+            rows,
+            advantages(tree, kind, beta=beta, alpha=alpha, clamped=clamped, zero_cont_mass=zero_cont_mass, std=std),
         ):
             out[row, mask[row]] = adv  # a single-turn response's mask is its leading run of generated tokens
     return out, out.clone()
 
 
 def estimator_options(config) -> dict:
-    """β, α, clamping and zero continuation mass from the ``bsb:`` section of the config that ``config`` (verl's
-    ``algorithm`` node) belongs to; the defaults where there is none."""
+    """β, α, clamping, zero continuation mass and the std from the ``bsb:`` section of the config that ``config``
+    (verl's ``algorithm`` node) belongs to; the defaults where there is none."""
     section = None
     root = getattr(config, "_get_root", None)
     if root is not None:
         section = root().get("bsb")
     s = BsbSettings.from_mapping(section or {})
     return dict(
-        beta=s.prefix_beta, alpha=s.prefix_alpha, clamped=s.clamped_prefix, zero_cont_mass=s.zero_cont_token_mass
+        beta=s.prefix_beta,
+        alpha=s.prefix_alpha,
+        clamped=s.clamped_prefix,
+        zero_cont_mass=s.zero_cont_token_mass,
+        std=s.grpo_std,
     )
 
 

@@ -15,6 +15,7 @@ from bsb.engine.backend import CAPABILITY_HELP
 from bsb.engine.probe import ProbeConfig
 from bsb.engine.selectors import SELECTORS
 from bsb.integrations.verl.server_backend import ServerBackend
+from bsb.train.advantages import GRPO_STDS
 from bsb.train.rollout import TreeConfig
 
 
@@ -32,7 +33,7 @@ SERVER_SELECTORS = tuple(n for n, cls in SELECTORS.items() if not _why_not(cls))
 # ProbeConfig fields only Lens-Shift and the margin selectors read: none of them runs through verl
 UNUSED_ON_VERL = ("lens_readout", "lens_layers", "lens_eps", "margin_window", "gap_threshold")
 # verl's names of bsb's tree estimators (bsb.integrations.verl.estimators) -> bsb's advantage (bsb.train.advantages)
-ESTIMATORS = {"bsb_treerl": "treerl", "bsb_prefix_credit": "prefix_credit"}
+ESTIMATORS = {"bsb_treerl": "treerl", "bsb_treerl_released": "treerl_released", "bsb_prefix_credit": "prefix_credit"}
 PROBE_ENDPOINTS = ("completions", "prompt_logprobs")
 MANAGER = "bsb.integrations.verl.worker.BsbTreeAgentLoopManager"
 AGENT_LOOP = "bsb_tree"
@@ -61,6 +62,7 @@ class BsbSettings(ProbeConfig):
     prefix_beta: float = 0.0  # bsb_prefix_credit: max-backup bonus β
     prefix_alpha: float = 0.5  # bsb_prefix_credit: continuation mix α
     clamped_prefix: bool = False  # bsb_prefix_credit: one-sided prefix clamping
+    grpo_std: str = "population"  # bsb_prefix_credit's σ_R: population | sample (bsb train's grpo_std)
     zero_cont_token_mass: bool = False  # centre continuation advantages to zero signed token mass
     seed: int = 0  # base seed of roots, probes and siblings (each tree derives its own from its uid)
     threads: int = 64  # trees built at once per agent-loop worker (each waits on the servers in a thread)
@@ -108,6 +110,8 @@ class BsbSettings(ProbeConfig):
             out.append(f"bsb.probe_endpoint must be one of {', '.join(PROBE_ENDPOINTS)}, got {self.probe_endpoint!r}")
         if self.overlong_buffer < 0 or self.overlong_factor < 0:
             out.append("bsb.overlong_buffer and bsb.overlong_factor must be >= 0")
+        if self.grpo_std not in GRPO_STDS:
+            raise ValueError(f"bsb.grpo_std must be one of {', '.join(GRPO_STDS)}, got {self.grpo_std!r}")
         if not (0 <= self.prefix_beta <= 1 and 0 <= self.prefix_alpha <= 1):
             out.append(
                 f"bsb.prefix_beta and bsb.prefix_alpha must be in [0, 1], got {self.prefix_beta}, {self.prefix_alpha}"

@@ -35,7 +35,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from bsb.tasks.answers import extract_boxed
+from bsb.tasks.answers import extract_all_boxed
 from bsb.tasks.base import Problem
 
 CONVENTIONS = ("boxed", "answer_line", "choice")
@@ -251,14 +251,16 @@ def read_plain(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
             "not stringified"
         )
     text = as_text(raw, "answer").strip()
+    pid = next((str(row[f]) for f in ID_FIELDS if row.get(f) is not None), f"{path_stem}-{index}")
     if "####" in text:  # a GSM8K-style worked answer
         text = text.rsplit("####", 1)[1].strip().replace(",", "")
     elif "\\boxed" in text or "\\fbox" in text:  # a MATH-style worked solution
-        boxed = extract_boxed(text)
-        if boxed is None:
+        boxes = [b.strip() for b in extract_all_boxed(text) if b.strip()]
+        if not boxes:
             raise RowError("the solution's \\boxed{} is not closed")
-        text = boxed.strip()
-    pid = next((str(row[f]) for f in ID_FIELDS if row.get(f) is not None), f"{path_stem}-{index}")
+        # several boxes are one answer together (a list or set, as math-verify reads them), not the last one
+        unique = list(dict.fromkeys(boxes))
+        return _problem(pid, as_text(prompt, "prompt"), unique, "boxed", match="all" if len(unique) > 1 else "any")
     return _problem(pid, as_text(prompt, "prompt"), [text], "boxed")
 
 

@@ -16,29 +16,42 @@ import re
 from collections import Counter
 from fractions import Fraction
 
-from bsb.tasks.answers import extract_boxed
+from bsb.tasks.answers import extract_boxed, split_top_level
 
 log = logging.getLogger(__name__)
 
-_STRIP = [r"\left", r"\right", r"\!", r"\,", r"\;", r"\:", "$", r"\displaystyle"]
+_STRIP = [r"\left", r"\right", r"\!", r"\,", r"\;", r"\:", r"\$", "$", r"\displaystyle"]
+# 1,000 and 32,349,000: groups of three digits after the first, no space after a comma ("32, 349" is a list)
+_THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
+_UNITS = re.compile(r"(?<=\d)\s*(?:\\?(?:pct|percentage|percent|degrees|degree)\b|°)\s*$")  # after a number, at the end
+_DECIMAL_COMMA = re.compile(r"\s*(-?\d+),(\d{1,2}|\d{4,})\s*")  # 1000,99: a decimal comma, not a thousands one
 
 
 def normalize(answer: str) -> str:
     """A canonical string: no spaces or sizing commands, \\dfrac/\\tfrac → \\frac, no trailing period, no
-    ``x =`` prefix, no thousands separators, no ``\\text{...}`` wrapper, no degree sign or ``\\%``."""
+    ``x =`` prefix, no thousands separators, no ``\\text{...}`` wrapper, no ``$`` or ``\\$``, no degree sign,
+    ``\\%`` or trailing unit word (pct, percent, percentage, degrees). A comma followed by a space separates items:
+    ``32, 349`` stays a list of two numbers."""
     s = answer.strip()
     for tok in _STRIP:
         s = s.replace(tok, "")
     s = s.replace(r"\dfrac", r"\frac").replace(r"\tfrac", r"\frac").replace("^\\circ", "").replace("^{\\circ}", "")
     s = s.replace("\\%", "").replace("%", "")
     s = re.sub(r"\\text\{([^{}]*)\}", r"\1", s)
+    s = _UNITS.sub("", s.strip())
+    s = _THOUSANDS.sub(lambda m: m.group(0).replace(",", ""), s)
     s = re.sub(r"\s+", "", s)
     s = re.sub(r"^[a-zA-Z]\s*=", "", s)
-    s = re.sub(r"(?<=\d),(?=\d{3}(\D|$))", "", s)
     s = s.rstrip(".")
     if re.fullmatch(r"-?\d+\.\d*", s):  # 2.50 → 2.5, 3. → 3
         s = s.rstrip("0").rstrip(".")
     return s
+
+
+def decimal_comma(answer: str) -> Fraction | None:
+    """``1000,99`` (a comma then other than three digits, nothing else) as the number 1000.99; None otherwise."""
+    m = _DECIMAL_COMMA.fullmatch(answer)
+    return Fraction(f"{m.group(1)}.{m.group(2)}") if m else None
 
 
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")
@@ -121,9 +134,30 @@ class MathGrader:
         if p == g:
             return True
         pn, gn = _number(p), _number(g)
+        if gn is not None and pn is None:  # one number against a decimal comma: 1000,99 is 1000.99
+            pn = decimal_comma(pred)
+        if pn is not None and gn is None:
+            gn = decimal_comma(gold)
         if pn is not None and gn is not None:  # plain numbers: exact, no symbolic parse
             return pn == gn
+        ps, gs = split_top_level(p), split_top_level(g)
+        if len(ps) != len(gs):  # a list never equals one answer (\boxed{32, 349} is not 32349)
+            return False
+        if len(ps) > 1:  # lists as sets, as math-verify compares them: each gold item matched by a distinct one
+            return self.match_all(ps, gs)
         return self._bounded_symbolic(p, g)
+
+    def match_all(self, preds: list[str], golds: list[str]) -> bool:
+        """Every gold answer matched by a distinct predicted one, and nothing extra (order free)."""
+        if len(preds) != len(golds):
+            return False
+        left = list(preds)
+        for g in golds:
+            hit = next((p for p in left if self.equivalent(p, g)), None)
+            if hit is None:
+                return False
+            left.remove(hit)
+        return True
 
     def _bounded_symbolic(self, pred: str, gold: str) -> bool:
         ctx = mp.get_context("fork")

@@ -108,7 +108,7 @@ class MathTask(Task):
         if convention == "choice":
             correct = answer.upper() == golds[0].strip().upper()
         elif problem.meta.get("match") == "all":
-            correct = self._all_match(pred, golds)
+            correct = self.grader.match_all(split_top_level(pred), golds)
         else:
             correct = any(self.grader.equivalent(pred, g) for g in golds)
         if correct:
@@ -118,19 +118,6 @@ class MathTask(Task):
         return Verdict(
             0.0, False, next(iter(self.grader.stats - seen), "wrong"), answer
         )  # "hostile", "timeout" or "wrong"
-
-    def _all_match(self, pred: str, golds: list[str]) -> bool:
-        """Every gold answer matched by a distinct predicted one, and nothing extra (order free)."""
-        parts = split_top_level(pred)
-        if len(parts) != len(golds):
-            return False
-        left = list(parts)
-        for g in golds:
-            hit = next((p for p in left if self.grader.equivalent(p, g)), None)
-            if hit is None:
-                return False
-            left.remove(hit)
-        return True
 
 
 def _convention(problem: Problem) -> str:

@@ -81,3 +81,54 @@ def test_derivation_gate():
     assert gated_reward(r"\boxed{5}", True) == 0.0  # no derivation before the box
     assert gated_reward(body + r"\boxed{5}", False) == 0.0
     assert gated_reward(r"ab \boxed{5}", True, min_chars_before_box=3) == 1.0
+
+
+# What math-verify's own cases showed bsb grading differently, each kind correct and incorrect (docs/peers.md).
+@pytest.mark.parametrize(
+    "response,gold,ok",
+    [
+        (r"\boxed{32, 349}", "32349", False),  # a comma then a space separates two numbers: a list, not 32,349
+        (r"\boxed{32,349}", "32349", True),  # a thousands separator
+        (r"\boxed{1,500}", "1.5", False),  # three digits after the comma: thousands, never a decimal comma
+        (r"\boxed{1000,99}", "1000.99", True),  # a decimal comma where it cannot be thousands
+        (r"\boxed{1000.99}", "1000,99", True),
+        (r"\boxed{1000,5}", "10005", False),
+        (r"\boxed{1,2}", "1.2", True),  # against one number, a decimal comma
+        (r"\boxed{1,2}", "1, 2", True),  # against a list, a list
+        (r"\boxed{\$16386.17}", "16386.17", True),  # an escaped dollar
+        (r"\boxed{\$16386.17}", "16386.71", False),
+        (r"\boxed{28 pct}", r"28\%", True),
+        (r"\boxed{28\text{ percent}}", r"28\%", True),
+        (r"\boxed{28 percentage}", "28", True),
+        (r"\boxed{29 percent}", r"28\%", False),
+        (r"\boxed{90 degrees}", r"90^\circ", True),
+        (r"\boxed{90 degrees}", "45", False),
+        (r"\boxed{2, 1}", "1, 2", True),  # lists compare as sets
+        (r"\boxed{1, 2, 3}", "1, 2", False),
+        (r"\boxed{1, 3}", "1, 2", False),
+        (r"\boxed{1} and then \boxed{2}", "2", True),  # a prediction is read by its last box
+        (r"\boxed{1} and then \boxed{2}", "1", False),
+        (r"\boxed{x = -5,\ p = \frac{14}{3}}", r"-5, \frac{14}{3}", False),  # variable names inside a list: kept
+        (r"\boxed{2x+4y-3=0}", r"y=-\frac{1}{2}x+\frac{3}{4}", False),  # equations are not solved
+    ],
+)
+def test_lists_separators_and_units(response, gold, ok):
+    assert MathGrader().grade(response, gold) is ok
+
+
+def test_a_gold_solution_with_several_boxes_is_one_answer_of_all_of_them(tmp_path):
+    import json
+
+    from bsb.tasks.math.task import MathTask
+
+    path = tmp_path / "p.jsonl"
+    rows = [{"problem": "Solve x^2 = 3x - 2.", "solution": r"So $x = \boxed{1}$ or $x = \boxed{2}$."},
+            {"problem": "1 + 1?", "solution": r"It is \boxed{2}, and \boxed{2} again."}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = MathTask(train_file=str(path))
+    both, one = task.train
+    assert both.meta["answers"] == ["1", "2"] and both.meta["match"] == "all" and one.meta["answers"] == ["2"]
+    grade = lambda r, p: task.verify(r, p).correct  # noqa: E731
+    assert grade(r"\boxed{2, 1}", both) and grade(r"\boxed{1,2}", both)
+    assert not grade(r"\boxed{2}", both) and not grade(r"\boxed{1, 2, 3}", both)
+    assert grade(r"\boxed{2}", one)
