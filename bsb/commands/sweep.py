@@ -80,8 +80,9 @@ EVAL_FIELDS = (
     "max_response_len",
     "prompt_format",
     "prompt_template",
+    "system_prompt",
+    "chat_template_kwargs",
 )
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 
 
 @dataclass
@@ -192,8 +193,13 @@ def moving_average(xs, width: int = 3) -> list[float]:
 
 
 def half_width(xs) -> float:
+    """The 95% t-interval's half width of the mean of ``xs``: t_{0.975, n-1} · s / sqrt(n), exact for any n."""
+    from scipy.stats import t
+
     xs = np.asarray(xs, dtype=float)
-    return float(T95.get(len(xs) - 1, 1.96) * xs.std(ddof=1) / math.sqrt(len(xs))) if len(xs) > 1 else float("nan")
+    if len(xs) < 2:
+        return float("nan")
+    return float(t.ppf(0.975, len(xs) - 1) * xs.std(ddof=1) / math.sqrt(len(xs)))
 
 
 def summarize(runs: list[Run], out: str | Path, reference: str | None = None, resamples: int = 4000) -> dict:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bsb.fields import help_field as _f
-from bsb.tasks.prompting import PROMPT_FORMATS
+from bsb.tasks.prompting import PROMPT_FORMATS, check_prompt_options
 
 JUDGE = ("judge_url", "judge_model", "judge_endpoint", "judge_key_env", "judge_template", "judge_timeout_s")
 
@@ -33,6 +33,10 @@ class OfflineConfig:
         None, "task options, e.g. --task-option ops=[2,3] gate_chars=30", flag="--task-option"
     )
     prompt_format: str = _f("plain", "plain text, or the tokenizer's chat template", choices=PROMPT_FORMATS)
+    system_prompt: str | None = _f(None, "a system turn before each prompt (--prompt-format chat)")
+    chat_template_kwargs: dict | None = _f(
+        None, "variables the chat template reads, e.g. enable_thinking=false", flag="--chat-template-kwarg"
+    )
     device: str = _f("auto", "auto (CUDA when present) | cpu | cuda | cuda:N")
     dtype: str = _f("auto", "auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32")
     judge_url: str | None = _f(
@@ -53,8 +57,7 @@ class OfflineConfig:
             )
         if self.judge_endpoint not in ("chat", "completions"):
             raise ValueError(f"judge endpoint must be chat or completions, got {self.judge_endpoint!r}")
-        if self.prompt_format not in PROMPT_FORMATS:
-            raise ValueError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
+        check_prompt_options(self.prompt_format, self.system_prompt, self.chat_template_kwargs)
 
 
 @dataclass
@@ -122,7 +125,8 @@ def open_session(
     model = load_for_inference(path, cfg.device, cfg.dtype)
     hf = HFBackend(model, tok)
     problems = task.sample(n_problems, seed)
-    prompts = [tok.encode(render_prompt(task, p, tok, cfg.prompt_format), add_special_tokens=False) for p in problems]
+    style = (cfg.prompt_format, "{prompt}", cfg.system_prompt, cfg.chat_template_kwargs)
+    prompts = [tok.encode(render_prompt(task, p, tok, *style), add_special_tokens=False) for p in problems]
     return Session(
         task, path, tok, model, hf, newline_token_mask(tok, hf.vocab_size), tok.eos_token_id, problems, prompts
     )

@@ -13,10 +13,18 @@ PROMPT_FORMATS = ("plain", "chat")
 
 
 def render_prompt(
-    task, problem: Problem, tokenizer=None, prompt_format: str = "plain", template: str = "{prompt}"
+    task,
+    problem: Problem,
+    tokenizer=None,
+    prompt_format: str = "plain",
+    template: str = "{prompt}",
+    system_prompt: str | None = None,
+    chat_template_kwargs: dict | None = None,
 ) -> str:
-    if prompt_format not in PROMPT_FORMATS:
-        raise ValueError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {prompt_format!r}")
+    """The model's input text. ``system_prompt``: a system turn before the problem's messages (chat only; a problem
+    whose messages open with a system turn keeps its own). ``chat_template_kwargs``: extra variables the chat
+    template reads, e.g. ``{"enable_thinking": False}`` for Qwen3 (chat only)."""
+    check_prompt_options(prompt_format, system_prompt, chat_template_kwargs)
     text = template.format(prompt=task.format_prompt(problem))
     if prompt_format == "plain":
         return text
@@ -27,4 +35,18 @@ def render_prompt(
         )
     messages = problem.meta.get("messages") if template == "{prompt}" else None
     messages = list(messages) if messages else [{"role": "user", "content": text}]
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    if system_prompt is not None and messages[0].get("role") != "system":
+        messages = [{"role": "system", "content": system_prompt}, *messages]
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
+    )
+
+
+def check_prompt_options(prompt_format: str, system_prompt: str | None, chat_template_kwargs: dict | None) -> None:
+    """A clear error for options the format cannot honour (checked before any model loads)."""
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {prompt_format!r}")
+    if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
+        raise ValueError(f"chat_template_kwargs must be a mapping, got {type(chat_template_kwargs).__name__}")
+    if prompt_format != "chat" and (system_prompt is not None or chat_template_kwargs):
+        raise ValueError("system_prompt and chat_template_kwargs go through the chat template: set prompt_format=chat")

@@ -19,7 +19,7 @@ from bsb.engine.selectors import SELECTORS
 from bsb.fields import check_values
 from bsb.fields import help_field as _f
 from bsb.registry import import_plugins
-from bsb.tasks.prompting import PROMPT_FORMATS
+from bsb.tasks.prompting import check_prompt_options
 from bsb.train.advantages import ADVANTAGES, GRPO_STDS
 from bsb.train.loss import LOSS_AGGS, LOSSES
 from bsb.train.samplers import EARLY_EOS_RULES
@@ -81,6 +81,10 @@ class TrainConfig(ProbeConfig):
         "their messages); config.yaml records a rendered example",
     )
     prompt_template: str = _f("{prompt}", "how the task's prompt text becomes the model's input ({prompt} is replaced)")
+    system_prompt: str | None = _f(None, "a system turn before each prompt (prompt_format=chat)")
+    chat_template_kwargs: dict = _f(
+        {}, "variables the chat template reads, e.g. {enable_thinking: false} for Qwen3 (prompt_format=chat)"
+    )
     val_problems: int = _f(128, "held-out problems used for validation (the first N of the task's held-out set)")
     val_temperature: float = _f(1.0, "validation decoding temperature (the paper: 1.0 with top-p 0.95); 0: greedy")
     val_top_p: float = _f(0.95, "validation nucleus")
@@ -227,6 +231,7 @@ class TrainConfig(ProbeConfig):
         except ValueError as err:
             raise ValueError(f"invalid config: {err}") from None
         selector, unknown_selector = _lookup(SELECTORS, self.selector)
+        prompt_problem = _prompt_problem(self)
         checks = [
             (
                 isinstance(self.task, str) and bool(self.task),
@@ -253,10 +258,7 @@ class TrainConfig(ProbeConfig):
                 0 < self.vllm_gpu_memory_utilization < 1,
                 f"vllm_gpu_memory_utilization must be in (0, 1), got {self.vllm_gpu_memory_utilization}",
             ),
-            (
-                self.prompt_format in PROMPT_FORMATS,
-                f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}",
-            ),
+            (not prompt_problem, prompt_problem),
             (self.keep_by in KEEP_BY, f"keep_by must be one of {', '.join(KEEP_BY)}, got {self.keep_by!r}"),
             (
                 self.early_eos in EARLY_EOS_RULES,
@@ -481,9 +483,18 @@ def _coerce(name: str, hint, value):
     return value
 
 
+def _prompt_problem(cfg) -> str:
+    """What is wrong with the config's prompt options ('' when they are valid)."""
+    try:
+        check_prompt_options(cfg.prompt_format, cfg.system_prompt, cfg.chat_template_kwargs)
+    except ValueError as err:
+        return str(err)
+    return ""
+
+
 def parse_overrides(pairs: list[str], base: dict | None = None) -> dict:
     """``["lr=1e-4", "selector=entropy", "task_options.ops=[2, 3]"]`` → typed values (YAML), merged into ``base``.
-    A dotted key sets one entry of a mapping field."""
+    A dotted key sets one entry of a mapping field, at any depth (``task_options.a.b=1``)."""
     import yaml
 
     out = dict(base or {})
@@ -491,12 +502,15 @@ def parse_overrides(pairs: list[str], base: dict | None = None) -> dict:
         if "=" not in pair:
             raise ValueError(f"override {pair!r} is not field=value")
         key, value = (x.strip() for x in pair.split("=", 1))
-        parsed = yaml.safe_load(value)
-        if "." in key:
-            top, sub = key.split(".", 1)
-            inner = dict(out.get(top) or {})
-            inner[sub] = parsed
-            out[top] = inner
-        else:
-            out[key] = parsed
+        parts = key.split(".")
+        if not all(parts):
+            raise ValueError(f"override {pair!r}: an empty name in {key!r}")
+        node = out
+        for depth, name in enumerate(parts[:-1]):
+            inner = node.get(name)
+            if inner is not None and not isinstance(inner, dict):
+                raise ValueError(f"override {pair!r}: {'.'.join(parts[: depth + 1])} is not a mapping")
+            node[name] = dict(inner or {})  # a copy: base is not modified
+            node = node[name]
+        node[parts[-1]] = yaml.safe_load(value)
     return out

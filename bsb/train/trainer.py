@@ -191,7 +191,10 @@ class Trainer:
         )
 
     def _render(self, problem: Problem) -> str:
-        return render_prompt(self.task, problem, self.tok, self.cfg.prompt_format, self.cfg.prompt_template)
+        c = self.cfg
+        return render_prompt(
+            self.task, problem, self.tok, c.prompt_format, c.prompt_template, c.system_prompt, c.chat_template_kwargs
+        )
 
     def _engine_weights(self):
         """The policy's weights in the engine's dtype (a bf16 engine gets half the bytes, and no per-tensor casts);

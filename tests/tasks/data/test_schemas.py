@@ -169,6 +169,27 @@ def test_chat_template_renders_messages_and_plain_prompts(tmp_path):
     assert render_prompt(task, plain, tok, "chat") == "<user>2+2?\n<assistant>"
 
 
+def test_a_system_prompt_and_chat_template_kwargs_reach_the_template(tmp_path):
+    from bsb.embedded.tokenizer import char_tokenizer
+
+    tok = char_tokenizer()
+    tok.chat_template = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
+                         "{% if enable_thinking is defined and not enable_thinking %}<no-think>{% endif %}"
+                         "{% if add_generation_prompt %}<assistant>{% endif %}")
+    task = MathTask(val_file=str(jsonl(tmp_path, [{"prompt": "2+2?", "answer": "4"}])))
+    p = task.val[0]
+    assert render_prompt(task, p, tok, "chat") == "<user>2+2?\n<assistant>"
+    assert render_prompt(task, p, tok, "chat", chat_template_kwargs={"enable_thinking": False}) == "<user>2+2?\n<no-think><assistant>"
+    assert render_prompt(task, p, tok, "chat", system_prompt="Be brief.") == "<system>Be brief.\n<user>2+2?\n<assistant>"
+    own = MathTask(val_file=str(parquet(tmp_path, [{**DAPO_ROW, "prompt": [{"role": "system", "content": "Mine."},
+                                                                           {"role": "user", "content": "q"}]}]))).val[0]
+    assert render_prompt(task, own, tok, "chat", system_prompt="Be brief.") == "<system>Mine.\n<user>q\n<assistant>"  # a row keeps its own
+    with pytest.raises(ValueError, match="set prompt_format=chat"):
+        render_prompt(task, p, tok, "plain", system_prompt="Be brief.")
+    with pytest.raises(ValueError, match="must be a mapping"):
+        render_prompt(task, p, tok, "chat", chat_template_kwargs=["enable_thinking"])
+
+
 def test_bsb_data_shows_schema_rows_and_gold(tmp_path, capsys, monkeypatch):
     from bsb.cli import main
 
