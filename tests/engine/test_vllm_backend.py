@@ -5,7 +5,7 @@ Its Probe-JS scores agree with the HF packed path on the same weights within 1e-
 import pytest
 import torch
 
-pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'bsb[vllm]')")
+pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'belief-shift-branching[cpu]')")
 transformers = pytest.importorskip("transformers")
 
 from tiny_checkpoint import VOCAB  # noqa: E402

@@ -5,7 +5,7 @@ this project's CI does not have; these tests pin what it asks vLLM for."""
 import pytest
 import torch
 
-vllm = pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'bsb[vllm]')")
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'belief-shift-branching[cpu]')")
 
 from bsb.engine.vllm_backend import VLLM_DTYPES, VLLMBackend  # noqa: E402
 

@@ -5,7 +5,7 @@ weights, and the server's prefix cache serves the reads' shared prefixes."""
 import pytest
 import torch
 
-pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'bsb[vllm]')")
+pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'belief-shift-branching[cpu]')")
 
 from bsb.integrations.verl.probe_client import CompletionsProbe  # noqa: E402
 

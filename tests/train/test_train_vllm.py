@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'bsb[vllm]')")
+pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'belief-shift-branching[cpu]')")
 
 from bsb.embedded.model import TinyConfig, train_tiny_model  # noqa: E402
 

