@@ -16,6 +16,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import tempfile
 import time
@@ -101,11 +102,45 @@ def resolve_model(name: str | Path, task=None) -> Path:
     if str(name) == "embedded":
         return train_tiny_model(embedded_config(task))
     path = Path(name)
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(
-            f"model {str(name)!r}: no Hugging Face checkpoint (config.json) there; pass a local directory or 'embedded'"
+    if (path / "config.json").exists():
+        return path
+    if not path.exists() and HUB_ID.fullmatch(str(name)):
+        return hub_snapshot(str(name))
+    raise FileNotFoundError(
+        f"model {str(name)!r}: no Hugging Face checkpoint (config.json) there; pass a local directory, a hub id "
+        "(owner/name) or 'embedded'"
+    )
+
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?")  # owner/name[@revision]
+
+
+def hub_snapshot(repo: str) -> Path:
+    """The local folder of hub model ``owner/name[@revision]``, downloaded into the hub cache (``HF_HOME`` /
+    ``HF_HUB_CACHE``) or, with ``HF_HUB_OFFLINE=1``, found there; the weights, config and tokenizer files only."""
+    import os
+
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    repo_id, _, revision = repo.partition("@")
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    cache = Path(os.environ.get("HF_HUB_CACHE", home / "hub"))  # read now: a test or launcher may set them late
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    try:
+        folder = snapshot_download(
+            repo_id,
+            revision=revision or None,
+            cache_dir=str(cache),
+            local_files_only=offline,
+            allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.py"],
         )
-    return path
+    except (LocalEntryNotFoundError, RepositoryNotFoundError, HfHubHTTPError, OSError) as err:
+        where = f"the hub cache {cache}" + (" (HF_HUB_OFFLINE is set)" if offline else "")
+        raise FileNotFoundError(f"model {repo!r}: not found on the hub or in {where}: {err}") from None
+    if not (Path(folder) / "config.json").exists():
+        raise FileNotFoundError(f"model {repo!r}: the hub snapshot at {folder} has no config.json")
+    return Path(folder)
 
 
 def _model(cfg: TinyConfig, vocab: int, tok):

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bsb.tasks.base import Problem
-from bsb.tasks.data.files import read_rows, rows_to_problems
+from bsb.tasks.data.files import as_source, read_rows, rows_to_problems
 from bsb.tasks.data.schemas import RowError, as_text
 
 FORMATS = ("deepcoder", "livecodebench")
@@ -234,8 +234,8 @@ def detect_code_format(row: dict) -> str | None:
 
 
 def load_code_problems(path: str | Path, format: str | None = None) -> list[Problem]:
-    """Every problem of a DeepCoder or LiveCodeBench file (JSONL, JSON, Parquet or CSV)."""
-    path = Path(path)
+    """Every problem of a DeepCoder or LiveCodeBench file (JSONL, JSON, Parquet or CSV) or ``hf://`` data set."""
+    path = as_source(path)
     if format is not None and format not in READERS:
         raise ValueError(f"unknown code problem format {format!r}; choose one of {', '.join(FORMATS)}")
     rows = read_rows(path)

@@ -1,4 +1,6 @@
-"""Problem files: JSONL, JSON, Parquet or CSV, in any schema of :mod:`bsb.tasks.data.schemas`.
+"""Problem files: JSONL, JSON, Parquet or CSV, in any schema of :mod:`bsb.tasks.data.schemas`, or a Hugging Face
+data set named ``hf://owner/name[:split]`` (through ``datasets``; ``hf:///a/dir[:split]`` is one saved with
+``save_to_disk``), read with the same schema checks.
 
 The schema is recognised from the first row's columns, or named (``format=``); every row must be of that schema
 (a file mixing schemas is an error). A malformed row is an error that names the file, the line (or row) and the
@@ -21,15 +23,73 @@ SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 @dataclass(frozen=True)
 class ProblemSet:
-    path: Path
+    path: Path | str
     schema: str  # the schema name (bsb.tasks.data.schemas.SCHEMAS)
     problems: list[Problem]
     columns: list[str]  # the first row's columns, as found
 
 
+HUB = "hf://"
+
+
+class HubDataset(str):
+    """``hf://owner/name[:split]``: a data set on the Hugging Face hub (or in its local cache), or ``hf:///a/dir[:split]``
+    saved with ``datasets``' ``save_to_disk``; the split defaults to ``train``."""
+
+    @property
+    def name(self) -> str:
+        return self._parts()[0]
+
+    @property
+    def split(self) -> str:
+        return self._parts()[1]
+
+    @property
+    def stem(self) -> str:  # the id prefix of rows without an id, as a file's stem
+        return f"{Path(self.name).name}-{self.split}"
+
+    def _parts(self) -> tuple[str, str]:
+        body = self[len(HUB) :]
+        head, sep, tail = body.rpartition(":")
+        name, split = (head, tail) if sep and tail and "/" not in tail else (body, "train")
+        if not name.strip("/"):
+            raise ValueError(f"{self}: name a data set, hf://owner/name[:split]")
+        return name, split
+
+
+def as_source(path: str | Path) -> Path | HubDataset:
+    """A problem source: a :class:`HubDataset` for ``hf://...``, else a file path."""
+    return HubDataset(path) if isinstance(path, str) and path.startswith(HUB) else Path(path)
+
+
+def hub_rows(source: HubDataset) -> list[tuple[str, object]]:
+    """``(row N, row)`` of a data set split, through ``datasets`` (``HF_HOME`` and ``HF_HUB_OFFLINE`` honoured)."""
+    try:
+        import datasets
+    except ImportError as err:
+        raise ImportError(
+            f"{source}: hf:// data sets need datasets (pip install 'belief-shift-branching[hub]')"
+        ) from err
+    local = Path(source.name)
+    try:
+        if local.is_dir():
+            data = datasets.load_from_disk(str(local))
+            if isinstance(data, datasets.DatasetDict):
+                if source.split not in data:
+                    raise ValueError(f"{source}: no split {source.split!r}; the data set has {', '.join(data)}")
+                data = data[source.split]
+        else:
+            data = datasets.load_dataset(source.name, split=source.split)
+    except (FileNotFoundError, ConnectionError, datasets.exceptions.DatasetNotFoundError) as err:
+        raise FileNotFoundError(f"{source}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+    return [(f"row {i}", dict(r)) for i, r in enumerate(data)]
+
+
 def read_rows(path: str | Path) -> list[tuple[str, object]]:
     """``(where, row)`` of every record: where is ``line N`` (JSONL) or ``row N``."""
-    path = Path(path)
+    path = as_source(path)
+    if isinstance(path, HubDataset):
+        return hub_rows(path)
     if not path.exists():
         raise FileNotFoundError(f"no problem file at {path}")
     if path.suffix == ".parquet":
@@ -82,7 +142,7 @@ def _json(text: str, where: str):
 
 
 def rows_to_problems(
-    path: Path,
+    path: Path | str,
     rows: list[tuple[str, object]],
     read: Callable[[dict, int], Problem],
     what: str = "an object with prompt and answer fields",
@@ -109,7 +169,7 @@ def rows_to_problems(
 def load_problem_set(path: str | Path, format: str | None = None, seed: int = 0) -> ProblemSet:
     """Every problem of ``path`` in schema ``format`` (None: recognised from the first row). ``seed`` fixes the
     per-question option order of multiple-choice sets."""
-    path = Path(path)
+    path = as_source(path)
     if format is not None and format not in SCHEMAS:
         raise ValueError(f"unknown problem format {format!r}; the recognised schemas are {', '.join(SCHEMAS)}")
     rows = read_rows(path)
