@@ -205,6 +205,7 @@ def half_width(xs) -> float:
 def summarize(runs: list[Run], out: str | Path, reference: str | None = None, resamples: int = 4000) -> dict:
     """The sweep's table (``table.md``) and figure (``curves.png``) from its runs' metrics."""
     from bsb.eval.figures import sweep_curves
+    from bsb.train.run_folder import weight_steps
 
     out = Path(out)
     names = list(dict.fromkeys(r.name for r in runs))
@@ -231,6 +232,11 @@ def summarize(runs: list[Run], out: str | Path, reference: str | None = None, re
             [[np.asarray(x["val_correct"]) / x["val_samples"] for x in v] for v in vals]
         )  # (seeds, ckpt, questions)
         result[name] = {
+            "best_weights": [  # each seed's weights of the best-aggregate step, where keep_last kept them
+                str(r.dir / "weights" / f"step-{steps[best]}") if steps[best] in weight_steps(r.dir) else None
+                for r in runs
+                if r.name == name
+            ],
             "steps": steps,
             "mean": mean.tolist(),
             "best_step": steps[best],
@@ -271,7 +277,19 @@ def summarize(runs: list[Run], out: str | Path, reference: str | None = None, re
         "Accuracy on the held-out set at the validation decoding, mean over seeds ± 95% t-interval. Best-aggregate: "
         "the single validation step with the best seed-mean accuracy (ties: the earlier step); differences use the "
         "two-level (seed × question) paired bootstrap.",
+        "",
+        "Best-aggregate weights (`bsb export RUN --step S`):",
     ]
+    for name in names:
+        r, where = result[name], [w for w in result[name]["best_weights"] if w]
+        lines.append(
+            f"- {name}, step {r['best_step']}: kept in {len(where)} of {len(r['best_weights'])} runs"
+            + (
+                f" ({where[0]}, ...)"
+                if where
+                else " (train with keep_last: -1 to keep every validation step's weights)"
+            )
+        )
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text("\n".join(lines) + "\n")
     sweep_curves(

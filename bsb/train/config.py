@@ -211,6 +211,10 @@ class TrainConfig(ProbeConfig):
     )
     val_every: int = _f(10, "validate every N steps (and at the start and the end); 0: only start and end")
     save_every: int = _f(10, "checkpoint every N steps; 0: only at the end")
+    keep_last: int = _f(
+        0, "weights of the last N validation steps kept as out_dir/weights/step-S (HF format); -1: every one; 0: none"
+    )
+    keep_best: bool = _f(False, "keep the weights of the best held-out accuracy so far in out_dir/best (ties: earlier)")
     progress: bool = _f(True, "progress bars")
     vllm_kv_cache_gib: int = _f(1, "KV cache of the CPU vLLM engine, GiB")
     resume_changes: list = _f(
@@ -304,6 +308,7 @@ class TrainConfig(ProbeConfig):
                 self.val_every >= 0 and self.save_every >= 0 and self.val_problems >= 1,
                 "val_every and save_every must be >= 0, val_problems >= 1",
             ),
+            (self.keep_last >= -1, f"keep_last must be >= -1 (-1: every validation step), got {self.keep_last}"),
             (
                 self.val_temperature >= 0 and 0 < self.val_top_p <= 1 and self.val_samples >= 1,
                 "val_temperature must be >= 0, val_top_p in (0, 1], val_samples >= 1",
@@ -391,6 +396,9 @@ RESUME_SAFE = (
     "save_every",
     "resume_changes",
     "out_dir",
+    "keep_last",
+    "keep_best",
+    "report_to",
     # how the same numbers are computed: memory for compute, where shards live, how long a collective may wait
     "gradient_checkpointing",
     "fsdp_cpu_offload",

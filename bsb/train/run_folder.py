@@ -8,12 +8,16 @@
 * :func:`file_checksums` / :func:`verify_checksums`: a CRC-32 of every file of a checkpoint, recorded in its
   ``state.json`` and checked before it is loaded; a flipped byte is an error naming the file, not weights silently
   trained on.
+* Kept weights (``keep_last``, ``keep_best``): ``weights/step-S/`` and ``best/`` (with ``bsb_best.json``), each a
+  Hugging Face folder; :func:`weight_steps`, :func:`best_weights` and :func:`weights_folder` find them.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import re
 import zlib
 from pathlib import Path
 
@@ -85,3 +89,44 @@ def verify_checksums(root: Path, expected: dict, files: list[str] | None = None)
                 f"{path}: does not match its checksum in state.json (the file is damaged); move the checkpoint away "
                 "to start over, or restore it"
             )
+
+
+BEST_NOTE = "bsb_best.json"  # in best/: the step and held-out accuracy the weights are from
+
+
+def weight_steps(run: Path) -> list[int]:
+    """The steps whose weights ``run/weights/step-S`` holds (complete folders only), ascending."""
+    folder = Path(run) / "weights"
+    found = (re.fullmatch(r"step-(\d+)", p.name) for p in folder.iterdir()) if folder.is_dir() else ()
+    return sorted(int(m.group(1)) for m in found if m and (folder / m.group(0) / "config.json").exists())
+
+
+def best_weights(run: Path) -> dict | None:
+    """``{"step", "val_accuracy"}`` of ``run/best`` (None when there is none)."""
+    note = Path(run) / "best" / BEST_NOTE
+    if not note.exists():
+        return None
+    try:
+        best = json.loads(note.read_text())
+        return {"step": int(best["step"]), "val_accuracy": float(best["val_accuracy"])}
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{note}: not a bsb best-weights note ({err!r})") from None
+
+
+def weights_folder(run: Path, step: int | None = None, best: bool = False) -> Path:
+    """The Hugging Face folder of a run's weights: ``best/``, ``weights/step-S``, else ``final/``, else the latest
+    checkpoint's model; an error naming what the run holds when the one asked for is not there."""
+    run = Path(run)
+    if best:
+        if best_weights(run) is None:
+            raise FileNotFoundError(f"{run} kept no best weights (train with keep_best: true)")
+        return run / "best"
+    if step is not None:
+        if step not in weight_steps(run):
+            kept = ", ".join(map(str, weight_steps(run))) or "none"
+            raise FileNotFoundError(f"{run} holds no weights of step {step} (kept: {kept}; keep_last chooses)")
+        return run / "weights" / f"step-{step}"
+    for folder in (run / "final", run / "checkpoint" / "model"):
+        if (folder / "config.json").exists():
+            return folder
+    raise FileNotFoundError(f"{run} holds no weights: no final/ and no non-sharded checkpoint/model")

@@ -49,7 +49,15 @@ from bsb.train.config import TrainConfig, resume_changes
 from bsb.train.distributed import close_world, init_world
 from bsb.train.rewards import RewardConfig
 from bsb.train.rollout import RolloutTimes
-from bsb.train.run_folder import RunLock, checkpoint_files, file_checksums, verify_checksums
+from bsb.train.run_folder import (
+    BEST_NOTE,
+    RunLock,
+    best_weights,
+    checkpoint_files,
+    file_checksums,
+    verify_checksums,
+    weight_steps,
+)
 from bsb.train.seeds import VAL_SEED, stream
 from bsb.train.sharding import (
     DCP_DIR,
@@ -345,6 +353,7 @@ class Trainer:
             if main:
                 metrics_path.write_text("")
                 _append(metrics_path, rows[-1])
+            self._keep_weights(rows[-1])
         bar = tqdm(
             range(self.step, cfg.steps),
             desc=f"training ({cfg.rollout}, {cfg.selector})",
@@ -359,6 +368,7 @@ class Trainer:
                 self.resumed_changes = {}
             if (cfg.val_every and self.step % cfg.val_every == 0) or self.step == cfg.steps:
                 m.update(self.validate())
+                self._keep_weights(m)
             rows.append(m)
             if main:
                 _append(metrics_path, m)
@@ -392,6 +402,38 @@ class Trainer:
         if self.world.main:
             self.policy.save_pretrained(path, state_dict=weights)
             self.tok.save_pretrained(path)
+        self.world.barrier()
+
+    def _keep_weights(self, m: dict) -> None:
+        """After a validation: this step's weights as ``weights/step-S`` (the newest ``keep_last`` kept; -1: all) and,
+        with ``keep_best``, as ``best/`` when its held-out accuracy beats every earlier one (``best/bsb_best.json``
+        names the step). Each folder is written beside its place and renamed in, so it is whole or absent."""
+        cfg, main = self.cfg, self.world.main
+        if cfg.keep_last != 0:
+            self._export_to(self.out / "weights" / f"step-{m['step']}")
+            if main and cfg.keep_last > 0:
+                kept = sorted(weight_steps(self.out), reverse=True)
+                for step in kept[cfg.keep_last :]:
+                    shutil.rmtree(self.out / "weights" / f"step-{step}", ignore_errors=True)
+        if cfg.keep_best:
+            best = best_weights(self.out)
+            if best is None or m["val_accuracy"] > best["val_accuracy"]:
+                self._export_to(self.out / "best", {"step": m["step"], "val_accuracy": m["val_accuracy"]})
+
+    def _export_to(self, path: Path, note: dict | None = None) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        if self.world.main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.export(tmp)
+        if self.world.main:
+            if note is not None:
+                (tmp / BEST_NOTE).write_text(json.dumps(note))
+            old = path.with_name(path.name + ".old")
+            if path.exists():
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
         self.world.barrier()
 
     def save(self) -> None:

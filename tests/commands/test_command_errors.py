@@ -35,6 +35,10 @@ CASES = [
     (["data", "{tmp}/missing.jsonl"], "missing.jsonl"),
     (["cost", "--memory", "{tmp}/missing.yaml"], "no config file or folder"),
     (["cost", "--gpu-gb", "nan", "--memory", "configs/paper"], "gpu_gb must be a finite number"),
+    (["export"], "name the run folder to export from"),
+    (["export", "{tmp}/no-run"], "no run folder at"),
+    (["export", "{tmp}", "--best"], r"kept no best weights \(train with keep_best: true\)"),
+    (["export", "{tmp}", "--best", "--step", "3"], "--best and --step choose different weights"),
 ]
 
 

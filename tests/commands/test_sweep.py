@@ -87,6 +87,13 @@ def test_summary_best_checkpoint_moving_average_and_bootstrap(tmp_path):
     assert arm["diff_final"].startswith("+0.125") and "[" in arm["diff_best"]
     table = (tmp_path / "summary" / "table.md").read_text()
     assert "| arm | 0.250 | 0.875 ± " in table and "(2)" in table and (tmp_path / "summary" / "curves.png").exists()
+    assert "- arm, step 2: kept in 0 of 2 runs (train with keep_last: -1" in table
+    kept = runs[2].dir / "weights" / "step-2"  # seed 0 of arm kept its step-2 weights
+    kept.mkdir(parents=True)
+    (kept / "config.json").write_text("{}")
+    res = sweep.summarize(runs, tmp_path / "summary", reference="ref", resamples=50)
+    assert res["configs"]["arm"]["best_weights"] == [str(kept), None]
+    assert f"- arm, step 2: kept in 1 of 2 runs ({kept}, ...)" in (tmp_path / "summary" / "table.md").read_text()
     with pytest.raises(ValueError, match="reference 'nope' is none"):
         sweep.summarize(runs, tmp_path / "summary", reference="nope")
     with pytest.raises(ValueError, match="1 run\\(s\\) have no metrics yet"):

@@ -82,6 +82,30 @@ def test_reads_of_an_hf_rollout_come_from_its_kept_kv_and_choose_the_packed_read
     assert read(kept) <= kept.times.probe_floor < read(packed)  # only the suffixes: C·E (L = 1)
 
 
+def test_kept_weights_the_best_and_their_export_load_in_transformers(model_dir, tmp_path, monkeypatch):
+    import transformers
+
+    from bsb.commands.export import export
+    from bsb.train.run_folder import best_weights, weight_steps
+
+    accs = iter([0.5, 0.75, 0.5, 0.25])  # held-out accuracy at steps 0-3: the best is step 1
+    monkeypatch.setattr(Trainer, "validate", lambda self: {"val_accuracy": next(accs)})
+    tr = Trainer(config(model_dir, tmp_path, steps=3, keep_last=2, keep_best=True, save_every=0))
+    tr.run()
+    assert weight_steps(tmp_path) == [2, 3]  # the newest two validation steps
+    assert best_weights(tmp_path) == {"step": 1, "val_accuracy": 0.75}
+    best = export(tmp_path, best=True)
+    assert best == tmp_path / "export-best" and json.loads((best / "bsb_export.json").read_text())["step"] == 1
+    model = transformers.AutoModelForCausalLM.from_pretrained(best)
+    assert transformers.AutoTokenizer.from_pretrained(best) is not None and model.config.model_type == "qwen3"
+    assert (export(tmp_path, step=3) / "model.safetensors").exists() and export(tmp_path).name == "export-final"
+    with pytest.raises(FileNotFoundError, match=r"no weights of step 1 \(kept: 2, 3; keep_last chooses\)"):
+        export(tmp_path, step=1)
+    with pytest.raises(FileExistsError, match="--force"):
+        export(tmp_path, best=True)
+    assert not any(p.name.endswith((".tmp", ".old")) for p in tmp_path.rglob("*"))  # every folder renamed into place
+
+
 def test_resume_continues_exactly(model_dir, tmp_path):
     straight = Trainer(config(model_dir, tmp_path / "a", steps=3, dynamic_sampling=False))
     straight.run()
