@@ -40,6 +40,9 @@ class SweepConfig:
     out: str = _f("runs/sweep", "one folder per run inside, plus table.md and curves.png")
     reference: str | None = _f(None, "the config the others are compared with (default: the first)")
     set: tuple[str, ...] = _f((), "overrides applied to every config, e.g. --set steps=20")
+    report_to: tuple[str, ...] = _f(
+        (), "trackers of every run beside its metrics.jsonl: tensorboard, wandb (as bsb train's report_to)", nargs="+"
+    )
     summarize_only: bool = _f(False, "write the table and figure from finished runs, train nothing")
 
 
@@ -52,7 +55,10 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     cfg = from_args(SweepConfig, args, parser)
     try:  # everything is checked before anything trains
-        runs = plan(list(cfg.configs), list(cfg.seeds), cfg.out, parse_overrides(list(cfg.set)))
+        overrides = parse_overrides(list(cfg.set))
+        if cfg.report_to:
+            overrides["report_to"] = ["jsonl", *cfg.report_to]
+        runs = plan(list(cfg.configs), list(cfg.seeds), cfg.out, overrides)
         names = list(dict.fromkeys(r.name for r in runs))
         if cfg.reference is not None and cfg.reference not in names:
             raise ValueError(f"--reference {cfg.reference!r} is none of the sweep's configs: {', '.join(names)}")

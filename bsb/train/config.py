@@ -23,6 +23,7 @@ from bsb.tasks.prompting import check_prompt_options
 from bsb.train.advantages import ADVANTAGES, GRPO_STDS
 from bsb.train.loss import LOSS_AGGS, LOSSES
 from bsb.train.samplers import EARLY_EOS_RULES
+from bsb.train.trackers import tracker_problems
 
 ROLLOUTS = ("tree", "two_stage", "flat")
 # upper bounds on counts where a typo would allocate without end or run for days before failing
@@ -215,6 +216,11 @@ class TrainConfig(ProbeConfig):
         0, "weights of the last N validation steps kept as out_dir/weights/step-S (HF format); -1: every one; 0: none"
     )
     keep_best: bool = _f(False, "keep the weights of the best held-out accuracy so far in out_dir/best (ties: earlier)")
+    report_to: list = _f(
+        ["jsonl"],
+        "trackers beside metrics.jsonl (always written): tensorboard | wandb (WANDB_MODE=offline: no account)",
+    )
+    wandb_project: str = _f("bsb", "the W&B project of report_to wandb")
     progress: bool = _f(True, "progress bars")
     vllm_kv_cache_gib: int = _f(1, "KV cache of the CPU vLLM engine, GiB")
     resume_changes: list = _f(
@@ -227,6 +233,8 @@ class TrainConfig(ProbeConfig):
     def __post_init__(self):
         self.task_options = dict(self.task_options or {})
         self.margin_window = list(self.margin_window)
+        if isinstance(self.report_to, str):  # --set report_to=wandb or report_to=tensorboard,wandb
+            self.report_to = [n.strip() for n in self.report_to.split(",") if n.strip()]
         if isinstance(self.plugins, str):
             raise ValueError(f"invalid config: plugins must be a list of module names, got {self.plugins!r}")
         self.plugins = list(self.plugins or [])
@@ -308,6 +316,7 @@ class TrainConfig(ProbeConfig):
                 self.val_every >= 0 and self.save_every >= 0 and self.val_problems >= 1,
                 "val_every and save_every must be >= 0, val_problems >= 1",
             ),
+            *((False, problem) for problem in tracker_problems(self.report_to)),
             (self.keep_last >= -1, f"keep_last must be >= -1 (-1: every validation step), got {self.keep_last}"),
             (
                 self.val_temperature >= 0 and 0 < self.val_top_p <= 1 and self.val_samples >= 1,
@@ -399,6 +408,7 @@ RESUME_SAFE = (
     "keep_last",
     "keep_best",
     "report_to",
+    "wandb_project",
     # how the same numbers are computed: memory for compute, where shards live, how long a collective may wait
     "gradient_checkpointing",
     "fsdp_cpu_offload",

@@ -69,6 +69,7 @@ from bsb.train.sharding import (
     save_sharded,
     shard_policy,
 )
+from bsb.train.trackers import Trackers
 
 log = logging.getLogger(__name__)
 
@@ -348,11 +349,15 @@ class Trainer:
                 f"prompt as the model sees it:\n{example}"
             )
         rows = []
+        if main:
+            self.trackers = Trackers(
+                cfg.report_to, self.out, cfg.to_dict(), self.out.name, self.step if self.step > 0 else None
+            )
         if self.step == 0:
             rows.append({"step": 0, **self.validate()})
             if main:
                 metrics_path.write_text("")
-                _append(metrics_path, rows[-1])
+                self._record(metrics_path, rows[-1])
             self._keep_weights(rows[-1])
         bar = tqdm(
             range(self.step, cfg.steps),
@@ -371,7 +376,7 @@ class Trainer:
                 self._keep_weights(m)
             rows.append(m)
             if main:
-                _append(metrics_path, m)
+                self._record(metrics_path, m)
             bar.set_postfix(
                 acc=f"{m['accuracy']:.2f}",
                 kept=m["groups_kept"],
@@ -380,12 +385,23 @@ class Trainer:
             if (cfg.save_every and self.step % cfg.save_every == 0) or self.step == cfg.steps:
                 self.save()
         self.export(self.out / "final")
+        self._close_trackers()
         if self.lock is not None:
             self.lock.release()
         return rows
 
+    def _record(self, path: Path, row: dict) -> None:
+        _append(path, row)
+        self.trackers.log(row)
+
+    def _close_trackers(self) -> None:
+        if getattr(self, "trackers", None) is not None:
+            self.trackers.close()
+            self.trackers = None
+
     def close(self) -> None:
         """Release the rollout engine this trainer built and leave the process group (under torchrun)."""
+        self._close_trackers()
         if self.backend is not self.hf and self.owns_backend and hasattr(self.backend, "close"):
             self.backend.close()
         if self.lock is not None:

@@ -25,6 +25,8 @@ def test_the_shipped_config_is_the_papers_recipe_and_passes_verls_validation(com
     assert (actor.optim.lr, actor.optim.weight_decay, actor.grad_clip) == (1e-6, 0.1, 1.0)
     assert (rollout.n, rollout.temperature, rollout.top_p, rollout.agent.default_agent_loop) == (1, 1.0, 1.0, "bsb_tree")
     assert config.trainer.use_v1 and config.bsb.chains == 4 and config.bsb.siblings == 2
+    assert actor.clip_ratio_c == 3.0 and config.bsb.grpo_std == "population"  # the dual clip as bsb train's
+    assert list(config.trainer.logger) == ["console", "file"]  # a first launch needs no W&B account
 
 
 def _launch_commands() -> list[list[str]]:
