@@ -74,6 +74,9 @@ class ValidateConfig(OfflineConfig):
     m: int = _f(128, "candidate boundaries per chain")
     n_mc: int = _f(16, "completions per boundary")
     b: int | None = _f(None, "boundaries each selector keeps (default 10 as in the paper; 3 on the embedded default)")
+    b_ratio: float | None = _f(
+        None, "keep this share of each chain's boundaries instead of --b (the paper: B/m = 10/128 ≈ 0.08)"
+    )
     seed: int = _f(0, "seed of the problems, chains and completions")
     out_dir: str = _f("runs/validate", "output directory (rerun with the same one to resume)", flag="--out")
     backend: str = _f(
@@ -107,10 +110,16 @@ class ValidateConfig(OfflineConfig):
         )
         if min(self.m, self.n_mc, self.b, self.n_problems) < 1:
             raise ValueError("m, n_mc, b and n_problems must be >= 1")
+        if self.b_ratio is not None and not 0 < self.b_ratio <= 1:
+            raise ValueError(f"b_ratio must be in (0, 1], got {self.b_ratio}")
         if self.backend not in ("auto", "hf", "vllm"):
             raise ValueError(f"backend must be auto, hf or vllm, got {self.backend!r}")
         if not self.temperature >= 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+
+    def chain_b(self, boundaries: int) -> int:
+        """B of a chain with ``boundaries`` candidates: --b, or --b-ratio of them (at least 1)."""
+        return self.b if self.b_ratio is None else max(1, round(self.b_ratio * boundaries))
 
     def _supplies(self, cls) -> bool:
         return all(need not in NEEDS or getattr(self, NEEDS[need][0]) for need in cls.needs_config)
@@ -201,11 +210,12 @@ def _score_chain(
         "error": {},
         "fallback": {},
     }
-    floor, best = oracle_floor(v, min(cfg.b, len(v)))
-    row["floor"], row["floor_points"] = floor, best
+    b = cfg.chain_b(len(cuts))
+    floor, best = oracle_floor(v, min(b, len(v)))
+    row["b"], row["floor"], row["floor_points"] = b, floor, best
     for name, sel in selectors.items():
         s, fb = _scores(sel, chain, pool, session.hf, i, cfg.seed)
-        kept = top_b(s, cfg.b)
+        kept = top_b(s, b)
         row["scores"][name] = [None if math.isnan(x) else x for x in s]
         row["top_b"][name], row["fallback"][name] = kept, fb
         row["error"][name] = reconstruction_error(v, kept)
@@ -246,7 +256,8 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     from tqdm import tqdm
 
     from bsb.engine.probe import ProbeConfig
-    from bsb.eval.figures import bar_chart, case_plot
+    from bsb.eval.figures import bar_chart, case_plot, lag_plot
+    from bsb.eval.lag import belief_changes, lag_profile
 
     console = console or Console()
     # explicit arith without options: problems of 2-4 operations (the arithmetic model's range)
@@ -322,11 +333,18 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
 
     # --- table: mean E over non-flat problems, excess over the floor
     live = [r for r in curves if not r["flat"]]
-    whole = sum(len(r["cuts"]) <= cfg.b for r in live)
+    whole = sum(len(r["cuts"]) <= r["b"] for r in live)
     if whole:
         console.print(
-            f"[yellow]B={cfg.b} keeps every boundary of {whole} of {len(live)} non-flat chains: any selector that "
+            f"[yellow]B keeps every boundary of {whole} of {len(live)} non-flat chains: any selector that "
             "ranks them all scores E=0 there; a smaller --b separates the selectors[/yellow]"
+        )
+    b_over_m = float(np.median([r["b"] / len(r["cuts"]) for r in live])) if live else math.nan
+    if b_over_m > 0.2:
+        console.print(
+            f"[yellow]B/m = {b_over_m:.2f} (median): most of each V* curve is kept, so evenly spaced points are "
+            "near-optimal and selectors cannot separate; the paper keeps 10 of up to 128 (B/m ≈ 0.08): "
+            "--b-ratio 0.08 with longer chains matches it[/yellow]"
         )
     names = list(selectors)
     mean_e = {n: float(np.mean([r["error"][n] for r in live])) if live else math.nan for n in names}
@@ -337,9 +355,10 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     ranked = sorted(names, key=lambda n: mean_e[n]) if live else []
     mark = dict(zip(ranked[:2], ("**", "_")))
     label = f"embedded default ({task.name})" if cfg.model == "embedded" else path.name
+    b_text = f"B={cfg.b}" if cfg.b_ratio is None else f"B={cfg.b_ratio:g}·m"
     title = (
         f"{label}: {len(live)} non-flat of {len(curves)} chains ({skipped} without a newline boundary), "
-        f"B={cfg.b}, N_MC={cfg.n_mc}"
+        f"{b_text}, B/m={b_over_m:.2f} (median), N_MC={cfg.n_mc}"
     )
     table = Table(title=title)
     for col in ("selector", "mean E", "± s.e.", "excess over floor", "fallbacks", "flip mass captured"):
@@ -359,7 +378,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         md.append(f"| {n} | {mark.get(n, '')}{cells[0]}{mark.get(n, '')} | " + " | ".join(cells[1:]) + " |")
     md.append(f"| oracle floor (DP) | {floor:.3f} | | 0 | | |")
     console.print(table)
-    console.print(f"oracle floor (best E of any {cfg.b} points): {floor:.3f}")
+    console.print(f"oracle floor (best E of any B points): {floor:.3f}")
     if judge is not None:
         console.print(f"llm_judge ({cfg.judge_model}): {judge.stats.summary()}")
 
@@ -379,9 +398,23 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         f"over {contrast['pairs']} pairs; "
         f"disagreement by Probe-JS tercile: {json.dumps(contrast.get('disagreement_by_js_tercile', {}))}",
     ]
+    # --- the lag diagnostic: every score, and the probe belief's own moves, against the value jumps
+    beliefs = {}
+    for r in live:
+        i = next(k for k, p in enumerate(problems) if p.id == r["id"])
+        beliefs[r["id"]] = answer_belief(
+            hf, prompts[i], r["response"], r["cuts"], scfg.suffix, session.gold_ids(problems[i])
+        )
+    lags = {"belief": lag_profile([(belief_changes(beliefs[r["id"]]), r["v_star"]) for r in live], seed=cfg.seed)}
+    lags.update({n: lag_profile([(r["scores"][n], r["v_star"]) for r in live], seed=cfg.seed) for n in names})
+    md += ["", *lag_table(lags)]
+    console.print("\n".join(lag_table(lags)))
+    (out / "lag.json").write_text(json.dumps(lags, indent=1, default=jsonable) + "\n")
     (out / "table.md").write_text("\n".join(md) + "\n")
 
     # --- figures
+    if live:
+        lag_plot(out / "lag.png", lags, title=f"{label}: lag of each score against the V* pivots")
     if live:
         bar_chart(
             out / "bars.png",
@@ -394,7 +427,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     two = [n for n in ("probe_js", "entropy") if n in selectors] or names[:2]
     for r in sorted(live, key=lambda r: -flip_mass(r["v_star"], list(range(len(r["v_star"])))))[: cfg.case_plots]:
         i = next(k for k, p in enumerate(problems) if p.id == r["id"])
-        belief = answer_belief(hf, prompts[i], r["response"], r["cuts"], scfg.suffix, session.gold_ids(problems[i]))
+        belief = beliefs[r["id"]]
         forks = {n: r["cuts"][r["top_b"][n][0]] if r["top_b"][n] else None for n in two}
         captured = {n: flip_mass(r["v_star"], r["top_b"][n]) for n in two}
         js = r["scores"].get("probe_js")
@@ -408,7 +441,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
             chain_len=len(r["response"]),
             captured=captured,
             title=f"{r['prompt'].strip()[:80]} (gold {gold_label(problems[i].answer)}); top-1 forks; "
-            f"flip mass of each top-{cfg.b}",
+            f"flip mass of each top-{r['b']}",
         )
     console.print(f"wrote {out / 'table.md'}, {out / 'curves.jsonl'}, figures in {out}")
     return {
@@ -420,4 +453,27 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         "chains": len(curves),
         "contrast": contrast,
         "completions": len(store),
+        "b_over_m": b_over_m,
+        "lag": lags,
     }
+
+
+def lag_table(lags: dict) -> list[str]:
+    """The lag diagnostic as Markdown rows: each score's pooled correlation at every lag, and its peak."""
+    order = sorted(next(iter(lags.values()))["lags"]) if lags else []
+    head = "| score | " + " | ".join(f"lag {k:+d}" for k in order) + " | peak |"
+    rows = [
+        "Lag diagnostic: correlation of the score at boundary j + lag with |V*(t_{j+1}) − V*(t_j)|, pooled over the "
+        "non-flat chains [95% bootstrap over chains]; fork-before assumes the peak at lag 0.",
+        "",
+        head,
+        "|---|" + "---:|" * (len(order) + 1),
+    ]
+    for name, prof in lags.items():
+        cells = [
+            f"{x['r']:.2f} [{x['lo']:.2f}, {x['hi']:.2f}]" if not math.isnan(x["r"]) else "n/a"
+            for x in (prof["lags"][k] for k in order)
+        ]
+        peak = f"{prof['peak']:+d}" if prof["peak"] is not None else "n/a"
+        rows.append(f"| {name} | " + " | ".join(cells) + f" | {peak} |")
+    return rows

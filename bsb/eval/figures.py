@@ -112,6 +112,28 @@ def bar_chart(
     return _save(plt, fig, path)
 
 
+def lag_plot(path: str | Path, profiles: Mapping[str, dict], *, title: str = "") -> Path:
+    """The lag diagnostic (:func:`bsb.eval.lag.lag_profile`): each score's correlation with the value jumps against
+    the lag in boundaries, with its 95% bootstrap band; a peak right of 0 is a score that reacts late."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for name, prof in profiles.items():
+        lags = sorted(prof["lags"])
+        r = [prof["lags"][k]["r"] for k in lags]
+        lw = 2.4 if name in ("belief", "probe_js") else 1.2
+        (line,) = ax.plot(lags, r, marker="o", lw=lw, label=name)
+        lo = [prof["lags"][k]["lo"] for k in lags]
+        hi = [prof["lags"][k]["hi"] for k in lags]
+        ax.fill_between(lags, lo, hi, color=line.get_color(), alpha=0.12)
+    ax.axvline(0, color="black", lw=0.8, ls=":")
+    ax.set_xlabel("lag (boundaries): score at j + lag against |V*(t_{j+1}) − V*(t_j)|")
+    ax.set_ylabel("pooled correlation")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    return _save(plt, fig, path)
+
+
 def sweep_curves(
     path: str | Path,
     raw: Mapping[str, tuple[Sequence[float], Sequence[float]]],

@@ -35,6 +35,7 @@ CASES = [
     (["data", "{tmp}/missing.jsonl"], "missing.jsonl"),
     (["cost", "--memory", "{tmp}/missing.yaml"], "no config file or folder"),
     (["cost", "--gpu-gb", "nan", "--memory", "configs/paper"], "gpu_gb must be a finite number"),
+    (["validate", "--b-ratio", "1.5"], r"b_ratio must be in \(0, 1\]"),
     (["export"], "name the run folder to export from"),
     (["export", "{tmp}/no-run"], "no run folder at"),
     (["export", "{tmp}", "--best"], r"kept no best weights \(train with keep_best: true\)"),

@@ -31,7 +31,14 @@ def test_validate_writes_everything_and_resumes_without_new_completions(model_di
         assert set(r["error"]) >= {"probe_js", "lens_shift", "entropy", "midpoint"} and len(r["v_star"]) == len(r["cuts"])
         assert all(r["error"][n] >= r["floor"] - 1e-9 for n in r["error"])  # no selector beats the DP floor
     table = (out / "table.md").read_text()
-    assert "oracle floor" in table and "Fork contrast" in table
+    assert "oracle floor" in table and "Fork contrast" in table and "B/m=" in table and "Lag diagnostic" in table
+    assert all(r["b"] == 2 for r in rows)
+    lag = json.loads((out / "lag.json").read_text())
+    assert set(lag) >= {"belief", "probe_js", "entropy"} and set(lag["probe_js"]["lags"]) == {"-2", "-1", "0", "1", "2"}
+    assert any(r["flat"] for r in rows) or (out / "lag.png").exists()
+    main(args + ["--b-ratio", "0.5", "--out", str(tmp_path / "ratio")])  # B = half of each chain's boundaries
+    ratio_rows = [json.loads(x) for x in (tmp_path / "ratio" / "curves.jsonl").read_text().splitlines()]
+    assert [r["b"] for r in ratio_rows] == [max(1, round(0.5 * len(r["cuts"]))) for r in ratio_rows]
     main(args)  # rerun: everything is reused
     assert len((out / "completions.jsonl").read_text().splitlines()) == done
     printed = capsys.readouterr().out
