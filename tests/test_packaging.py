@@ -51,7 +51,8 @@ def test_the_wheel_carries_the_extension_and_runs_it_in_a_fresh_venv(tmp_path):
     wheel = next((tmp_path / "dist").glob("belief_shift_branching-*.whl"))
     assert next((tmp_path / "dist").glob("belief_shift_branching-*.tar.gz"))  # the sdist the wheel was built from
     names = zipfile.ZipFile(wheel).namelist()
-    for want in ("bsb/py.typed", "bsb/integrations/verl/config/bsb_tree.yaml", "bsb/engine/judge_prompt.txt"):
+    for want in ("bsb/py.typed", "bsb/integrations/verl/config/bsb_tree.yaml", "bsb/engine/judge_prompt.txt",
+                 "bsb/embedded/checkpoints/SHA256SUMS", "bsb/embedded/checkpoints/walk/model.safetensors"):
         assert want in names
     assert any(re.fullmatch(r"bsb/_C\..*\.so", n) for n in names)
     venv = tmp_path / "venv"

@@ -8,6 +8,12 @@ boundary (:func:`bsb.tasks.synthetic.walk.probe_example`), so that the probe rea
 deterministic for a seed and takes a few minutes on a 2-core CPU. The checkpoint is a normal Hugging Face
 directory under ``$BSB_CACHE`` (default ``~/.cache/bsb``), keyed by the training settings, and is reused when
 present.
+
+The walk and code defaults ship with the package (``bsb/embedded/checkpoints``, a few MB, each file's sha256 in
+``SHA256SUMS``, the training record ``bsb_train.json`` and the held-out accuracy ``bsb_heldout.json`` they were
+measured with): float training differs across CPUs, so a model trained on another machine is another model, and the
+documented numbers are the shipped ones'. The cache entry of a shipped default is a checked copy of it;
+``python -m bsb.embedded.model --rebuild walk`` trains the recipe instead.
 """
 
 from __future__ import annotations
@@ -163,11 +169,37 @@ def _model(cfg: TinyConfig, vocab: int, tok):
     return transformers.AutoModelForCausalLM.from_config(mcfg)
 
 
-def train_tiny_model(cfg: TinyConfig = TinyConfig(), out_dir: str | Path | None = None, progress: bool = True) -> Path:
-    """Train (or reuse) the tiny model; returns its checkpoint directory."""
+SHIPPED = Path(__file__).parent / "checkpoints"  # the embedded defaults the docs' numbers were measured on
+SHIPPED_NAMES = {EMBEDDED.key(): "walk", EMBEDDED_CODE.key(): "code"}
+
+
+def shipped_checkpoint(name: str) -> Path:
+    """The shipped checkpoint ``walk`` or ``code``, every file checked against ``SHA256SUMS`` (an error naming a
+    damaged or missing file)."""
+    import hashlib
+
+    folder = SHIPPED / name
+    lines = [ln.split() for ln in (SHIPPED / "SHA256SUMS").read_text().splitlines() if ln.strip()]
+    sums = {path: digest for digest, path in lines if path.startswith(f"{name}/")}
+    if not sums:
+        raise FileNotFoundError(f"no shipped embedded checkpoint {name!r} in {SHIPPED}")
+    for path, digest in sums.items():
+        file = SHIPPED / path
+        if not file.exists() or hashlib.sha256(file.read_bytes()).hexdigest() != digest:
+            raise ValueError(f"{file}: missing or not the shipped file (sha256 differs); reinstall bsb")
+    return folder
+
+
+def train_tiny_model(
+    cfg: TinyConfig = TinyConfig(), out_dir: str | Path | None = None, progress: bool = True, rebuild: bool = False
+) -> Path:
+    """The tiny model's checkpoint directory: the cache entry if present, else a checked copy of the shipped
+    checkpoint when ``cfg`` is a shipped default, else trained; ``rebuild``: train it anew from the recipe."""
     out = Path(out_dir) if out_dir is not None else cache_dir() / cfg.key()
-    if (out / "config.json").exists() and (out / "bsb_train.json").exists():
+    if not rebuild and (out / "config.json").exists() and (out / "bsb_train.json").exists():
         return out
+    if not rebuild and out_dir is None and cfg.key() in SHIPPED_NAMES:
+        return _install(shipped_checkpoint(SHIPPED_NAMES[cfg.key()]), out)
     from tqdm import tqdm
 
     torch.manual_seed(cfg.seed)
@@ -207,13 +239,39 @@ def train_tiny_model(cfg: TinyConfig = TinyConfig(), out_dir: str | Path | None 
     (tmp / "bsb_train.json").write_text(
         json.dumps({"config": asdict(cfg), "seconds": seconds, "final_loss": losses[-1]}, indent=1)
     )
-    if out.exists() and not (out / "bsb_train.json").exists():
-        shutil.rmtree(out)  # a half-written checkpoint (a run killed while saving, before this code wrote atomically)
+    return _place(tmp, out, replace=rebuild)
+
+
+def _install(source: Path, out: Path) -> Path:
+    """A copy of ``source`` as the cache entry ``out`` (written beside it, then renamed in)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    for file in source.iterdir():
+        shutil.copy2(file, tmp / file.name)
+    return _place(tmp, out)
+
+
+def _place(tmp: Path, out: Path, replace: bool = False) -> Path:
+    if out.exists() and (replace or not (out / "bsb_train.json").exists()):
+        shutil.rmtree(out)  # a rebuild, or a half-written checkpoint (a run killed while saving, before atomic writes)
     try:
         os.replace(tmp, out)
     except OSError:  # another process finished the same model first: keep its copy
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bsb.embedded.model --rebuild walk|code``: train an embedded default from its recipe into the
+    cache, replacing the shipped copy there (the result differs from the shipped model on another CPU)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m bsb.embedded.model", description=main.__doc__)
+    ap.add_argument("--rebuild", choices=sorted(set(SHIPPED_NAMES.values())), required=True)
+    name = ap.parse_args(argv).rebuild
+    cfg = {"walk": EMBEDDED, "code": EMBEDDED_CODE}[name]
+    print(train_tiny_model(cfg, rebuild=True))
+    return 0
 
 
 def _examples(cfg: TinyConfig) -> list[tuple[int, list[tuple[str, str, bool]]]]:
@@ -299,3 +357,7 @@ def accuracy_by_difficulty(
         texts = tok.batch_decode(gen[:, width:], skip_special_tokens=True)
         out[n] = sum(grader.grade(t, str(p.answer)) for t, p in zip(texts, problems)) / per_op
     return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
