@@ -464,7 +464,8 @@ def lag_table(lags: dict) -> list[str]:
     head = "| score | " + " | ".join(f"lag {k:+d}" for k in order) + " | peak |"
     rows = [
         "Lag diagnostic: correlation of the score at boundary j + lag with |V*(t_{j+1}) − V*(t_j)|, pooled over the "
-        "non-flat chains [95% bootstrap over chains]; fork-before assumes the peak at lag 0.",
+        "non-flat chains [95% bootstrap over chains]; fork-before assumes the peak at lag 0 (peak: the largest "
+        "correlation positive beyond its interval; none: the score does not mark the pivots).",
         "",
         head,
         "|---|" + "---:|" * (len(order) + 1),
@@ -474,6 +475,6 @@ def lag_table(lags: dict) -> list[str]:
             f"{x['r']:.2f} [{x['lo']:.2f}, {x['hi']:.2f}]" if not math.isnan(x["r"]) else "n/a"
             for x in (prof["lags"][k] for k in order)
         ]
-        peak = f"{prof['peak']:+d}" if prof["peak"] is not None else "n/a"
+        peak = f"{prof['peak']:+d}" if prof["peak"] is not None else "none"
         rows.append(f"| {name} | " + " | ".join(cells) + f" | {peak} |")
     return rows

@@ -126,6 +126,7 @@ def lag_plot(path: str | Path, profiles: Mapping[str, dict], *, title: str = "")
         hi = [prof["lags"][k]["hi"] for k in lags]
         ax.fill_between(lags, lo, hi, color=line.get_color(), alpha=0.12)
     ax.axvline(0, color="black", lw=0.8, ls=":")
+    ax.set_xticks(sorted(next(iter(profiles.values()))["lags"]) if profiles else [])
     ax.set_xlabel("lag (boundaries): score at j + lag against |V*(t_{j+1}) − V*(t_j)|")
     ax.set_ylabel("pooled correlation")
     ax.set_title(title, fontsize=10)

@@ -56,8 +56,8 @@ def lag_profile(
     seed: int = 0,
 ) -> dict:
     """``chains``: per chain ``(scores, v_star)``, a score per boundary (None / NaN: none) and V* at the same
-    boundaries. Returns ``{"lags": {ℓ: {"r", "lo", "hi", "pairs"}}, "peak": ℓ of the largest r (None: no finite
-    r)}``."""
+    boundaries. Returns ``{"lags": {ℓ: {"r", "lo", "hi", "pairs"}}, "peak": ℓ}``: the lag of the largest r among
+    those positive beyond their 95% interval, None when there is none (the score does not mark the pivots)."""
     rng = np.random.default_rng(seed)
     out = {}
     for lag in lags:
@@ -71,5 +71,6 @@ def lag_profile(
         boot = [b for b in boot if not math.isnan(b)]
         lo, hi = (float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))) if boot else (math.nan, math.nan)
         out[lag] = {"r": r, "lo": lo, "hi": hi, "pairs": int(sum(len(p) for p in parts))}
-    finite = {lag: x["r"] for lag, x in out.items() if not math.isnan(x["r"])}
-    return {"lags": out, "peak": max(finite, key=lambda lag: (finite[lag], -abs(lag))) if finite else None}
+    # the peak among the lags whose correlation is positive beyond its interval (None: the score marks no pivots)
+    clear = {lag: x["r"] for lag, x in out.items() if not math.isnan(x["r"]) and x["r"] > 0 and x["lo"] > 0}
+    return {"lags": out, "peak": max(clear, key=lambda lag: (clear[lag], -abs(lag))) if clear else None}
