@@ -123,7 +123,7 @@ def composite_loss(
     if clip_ratio_c is not None and not clip_ratio_c > 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 (or None: no dual clip), got {clip_ratio_c}")
     m = mask.float()
-    ratio = torch.exp(logp - old_logp)
+    ratio = torch.exp((logp - old_logp).clamp(-20.0, 20.0))  # as verl: an overflowing ratio would make NaN grads
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     # verl's terms: pg_losses1 = −A·r, pg_losses2 = −A·clip(r); the loss is their max, then the dual clip
     loss1, loss2 = -adv * ratio, -adv * clipped

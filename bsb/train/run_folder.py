@@ -18,6 +18,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import zlib
 from pathlib import Path
 
@@ -99,6 +100,20 @@ def weight_steps(run: Path) -> list[int]:
     folder = Path(run) / "weights"
     found = (re.fullmatch(r"step-(\d+)", p.name) for p in folder.iterdir()) if folder.is_dir() else ()
     return sorted(int(m.group(1)) for m in found if m and (folder / m.group(0) / "config.json").exists())
+
+
+def drop_weights_after(run: Path, step: int) -> None:
+    """On resume from ``step``: the kept weights of later steps belong to the run that is discarded; a ``best``
+    interrupted mid-swap (only ``best.old`` left) is put back first."""
+    run = Path(run)
+    if not (run / "best").exists() and (run / "best.old" / BEST_NOTE).exists():
+        os.replace(run / "best.old", run / "best")
+    for s in weight_steps(run):
+        if s > step:
+            shutil.rmtree(run / "weights" / f"step-{s}", ignore_errors=True)
+    best = best_weights(run)
+    if best is not None and best["step"] > step:
+        shutil.rmtree(run / "best", ignore_errors=True)
 
 
 def best_weights(run: Path) -> dict | None:

@@ -54,6 +54,7 @@ from bsb.train.run_folder import (
     RunLock,
     best_weights,
     checkpoint_files,
+    drop_weights_after,
     file_checksums,
     verify_checksums,
     weight_steps,
@@ -432,7 +433,9 @@ class Trainer:
                 for step in kept[cfg.keep_last :]:
                     shutil.rmtree(self.out / "weights" / f"step-{step}", ignore_errors=True)
         if cfg.keep_best:
-            best = best_weights(self.out)
+            best = best_weights(self.out) if main else None
+            if self.world.launched:  # rank 0's record on every rank: the export below is a collective
+                best = self.world.gather(best)[0]
             if best is None or m["val_accuracy"] > best["val_accuracy"]:
                 self._export_to(self.out / "best", {"step": m["step"], "val_accuracy": m["val_accuracy"]})
 
@@ -574,6 +577,8 @@ class Trainer:
         if path.exists() and self.world.main:  # drop rows written after the checkpoint (a crash between save points)
             kept = [line for line in _metric_rows(path) if json.loads(line)["step"] <= self.step]
             path.write_text("".join(line + "\n" for line in kept))
+        if self.world.main:  # and the weights kept after it: the resumed run writes its own
+            drop_weights_after(self.out, self.step)
 
 
 def recover_checkpoint(out: Path) -> str:

@@ -58,6 +58,16 @@ def test_hf_data_sets_are_read_with_the_file_schemas(tmp_path, monkeypatch):
         load_problem_set(f"hf://{tmp_path}/bad")
 
 
+def test_hub_data_set_names_and_splits_parse():
+    from bsb.tasks.data.files import HubDataset
+
+    for spec, name, split in [("hf://owner/name", "owner/name", "train"), ("hf://owner/name:train[:100]", "owner/name", "train[:100]"),
+                              ("hf://o/n:train[10%:20%]", "o/n", "train[10%:20%]"), ("hf:///tmp/ds:test", "/tmp/ds", "test")]:
+        assert (HubDataset(spec).name, HubDataset(spec).split) == (name, split)
+    with pytest.raises(ValueError, match="name a data set"):
+        HubDataset("hf://").name  # noqa: B018
+
+
 def test_a_hub_data_set_missing_offline_is_a_clear_error():
     import subprocess
     import sys

@@ -156,6 +156,19 @@ def test_the_kept_kv_serves_the_backends_reads_until_the_weights_change():
     assert [n for _, n in hf.probe_logits(asks[:1], suffix)] == [max(asks[0][1]) + 4] and hf._kept is None
 
 
+def test_a_sliding_window_cache_is_not_kept():
+    """A sliding-window layer keeps only its window's keys: such a generation's cache is not kept (packed reads)."""
+    if "olmo3" not in FAMILIES:
+        pytest.skip("this transformers has no OLMo-3")
+    cfg = transformers.Olmo3Config(**{**COMMON, "num_hidden_layers": 4, "sliding_window": 8})  # 3 sliding, 1 full
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    hf, prompts, responses = _generated(model, lengths=(5, 6), new=12)
+    assert hf._kept is None
+    got = hf.probe_logits([(prompts[0] + responses[0], [3])], [5, 6])
+    assert got[0][1] == 3 + 2  # packed: the prefix to the cut and the suffix
+
+
 def test_lens_of_the_last_layer_is_the_models_answer_log_prob():
     model = tiny("llama", "sdpa")
     prefix, suffix, answer = torch.randint(3, 97, (30,)), torch.randint(3, 97, (4,)), torch.randint(3, 97, (2,))

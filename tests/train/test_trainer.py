@@ -104,6 +104,12 @@ def test_kept_weights_the_best_and_their_export_load_in_transformers(model_dir, 
     with pytest.raises(FileExistsError, match="--force"):
         export(tmp_path, best=True)
     assert not any(p.name.endswith((".tmp", ".old")) for p in tmp_path.rglob("*"))  # every folder renamed into place
+    from bsb.train.run_folder import drop_weights_after
+
+    drop_weights_after(tmp_path, 2)  # a resume from step 2: step 3's weights were the discarded run's
+    assert weight_steps(tmp_path) == [2] and best_weights(tmp_path)["step"] == 1
+    drop_weights_after(tmp_path, 0)  # the best (step 1) is after a step-0 checkpoint too
+    assert weight_steps(tmp_path) == [] and best_weights(tmp_path) is None
 
 
 def test_resume_continues_exactly(model_dir, tmp_path):

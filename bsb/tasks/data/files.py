@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,12 +50,10 @@ class HubDataset(str):
         return f"{Path(self.name).name}-{self.split}"
 
     def _parts(self) -> tuple[str, str]:
-        body = self[len(HUB) :]
-        head, sep, tail = body.rpartition(":")
-        name, split = (head, tail) if sep and tail and "/" not in tail else (body, "train")
-        if not name.strip("/"):
+        m = re.fullmatch(r"(.*?/?[^/:]+)(?::(.+))?", self[len(HUB) :])  # the split: after the first ':' past the name
+        if not m or not m.group(1).strip("/"):
             raise ValueError(f"{self}: name a data set, hf://owner/name[:split]")
-        return name, split
+        return m.group(1), m.group(2) or "train"
 
 
 def as_source(path: str | Path) -> Path | HubDataset:
@@ -78,8 +77,13 @@ def hub_rows(source: HubDataset) -> list[tuple[str, object]]:
                 if source.split not in data:
                     raise ValueError(f"{source}: no split {source.split!r}; the data set has {', '.join(data)}")
                 data = data[source.split]
+            elif ":" in source[len(HUB) :].rsplit("/", 1)[-1]:
+                raise ValueError(f"{source}: the saved data set at {local} has no splits; drop the ':split'")
         else:
-            data = datasets.load_dataset(source.name, split=source.split)
+            try:
+                data = datasets.load_dataset(source.name, split=source.split)
+            except ValueError as err:  # a config name missing, an unknown split: datasets' own words
+                raise ValueError(f"{source}: {str(err).splitlines()[0]}") from None
     except (FileNotFoundError, ConnectionError, datasets.exceptions.DatasetNotFoundError) as err:
         raise FileNotFoundError(f"{source}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
     return [(f"row {i}", dict(r)) for i, r in enumerate(data)]

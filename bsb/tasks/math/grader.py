@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 _STRIP = [r"\left", r"\right", r"\!", r"\,", r"\;", r"\:", r"\$", "$", r"\displaystyle"]
 # 1,000 and 32,349,000: groups of three digits after the first, no space after a comma ("32, 349" is a list)
-_THOUSANDS = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
+_THOUSANDS = re.compile(r"(?<![\d.,(\[{])\d{1,3}(?:,\d{3})+(?![\d,)\]}\\])")  # never inside brackets: (1,100)
 _UNITS = re.compile(r"(?<=\d)\s*(?:\\?(?:pct|percentage|percent|degrees|degree)\b|°)\s*$")  # after a number, at the end
 _DECIMAL_COMMA = re.compile(r"\s*(-?\d+),(\d{1,2}|\d{4,})\s*")  # 1000,99: a decimal comma, not a thousands one
 
@@ -134,10 +134,8 @@ class MathGrader:
         if p == g:
             return True
         pn, gn = _number(p), _number(g)
-        if gn is not None and pn is None:  # one number against a decimal comma: 1000,99 is 1000.99
-            pn = decimal_comma(pred)
-        if pn is not None and gn is None:
-            gn = decimal_comma(gold)
+        if gn is not None and pn is None:  # a predicted decimal comma against one number: 1000,99 is 1000.99
+            pn = decimal_comma(pred)  # (never on the gold side: a gold "10,20" is a list)
         if pn is not None and gn is not None:  # plain numbers: exact, no symbolic parse
             return pn == gn
         ps, gs = split_top_level(p), split_top_level(g)

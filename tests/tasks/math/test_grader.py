@@ -91,7 +91,11 @@ def test_derivation_gate():
         (r"\boxed{32,349}", "32349", True),  # a thousands separator
         (r"\boxed{1,500}", "1.5", False),  # three digits after the comma: thousands, never a decimal comma
         (r"\boxed{1000,99}", "1000.99", True),  # a decimal comma where it cannot be thousands
-        (r"\boxed{1000.99}", "1000,99", True),
+        (r"\boxed{1000.99}", "1000,99", False),  # a gold's comma is never a decimal one: "10,20" is a list
+        (r"\boxed{-2.1}", "-2,1", False),
+        (r"\boxed{(1, 100)}", "(1,100)", True),  # inside brackets a comma separates, with a space or without
+        (r"\boxed{\{1, 100\}}", r"\{1,100\}", True),
+        (r"\boxed{1100}", "(1,100)", False),
         (r"\boxed{1000,5}", "10005", False),
         (r"\boxed{1,2}", "1.2", True),  # against one number, a decimal comma
         (r"\boxed{1,2}", "1, 2", True),  # against a list, a list
