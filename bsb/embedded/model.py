@@ -127,7 +127,12 @@ def hub_snapshot(repo: str) -> Path:
     import os
 
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
 
     repo_id, _, revision = repo.partition("@")
     home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
@@ -139,9 +144,9 @@ def hub_snapshot(repo: str) -> Path:
             revision=revision or None,
             cache_dir=str(cache),
             local_files_only=offline,
-            allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.py"],
+            allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model", "*.txt", "*.jinja", "*.py"],
         )
-    except (LocalEntryNotFoundError, RepositoryNotFoundError, HfHubHTTPError, OSError) as err:
+    except (LocalEntryNotFoundError, RepositoryNotFoundError, HfHubHTTPError, HFValidationError, OSError) as err:
         where = f"the hub cache {cache}" + (" (HF_HUB_OFFLINE is set)" if offline else "")
         raise FileNotFoundError(f"model {repo!r}: not found on the hub or in {where}: {err}") from None
     if not (Path(folder) / "config.json").exists():
