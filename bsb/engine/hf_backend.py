@@ -53,7 +53,7 @@ class HFBackend:
         self.max_pack_tokens = max_pack_tokens
         self.read_batch_tokens = read_batch_tokens  # tokens of one grouped packed forward over several chains
         self.keep_kv = keep_kv
-        self._kept: tuple[KeptKV, dict[tuple, int], tuple] | None = None  # (kv, row of each prompt + response, version)
+        self._kept: tuple[KeptKV, dict[tuple, int], int] | None = None  # (kv, row of each prompt + response, version)
         self.cached_read_tokens = 0  # prefix tokens the reads took from the kept KV instead of computing them
         self.packed = True
         try:
@@ -165,11 +165,11 @@ class HFBackend:
         """Free the kept keys and values (the trainer calls this when a step's rollout ends)."""
         self._kept = None
 
-    def _weights_version(self) -> tuple:
-        """Changes when the weights change in place (version counters) or are replaced (storage); a change through
-        ``.data`` that keeps both needs :meth:`drop_kv`."""
-        params = list(self.model.parameters())
-        return sum(p._version for p in params), tuple(p.data_ptr() for p in params)
+    def _weights_version(self) -> int:
+        """Changes when the weights change in place (their version counters: an optimizer step, ``copy_``). Not
+        their storage: FSDP2 swaps a sharded policy's parameter views between forwards. Weights replaced another way
+        (``param.data = ...``, ``load_state_dict(assign=True)``) need :meth:`drop_kv`."""
+        return sum(p._version for p in self.model.parameters())
 
     @torch.no_grad()
     def sampled_reads(self, prefix, cuts, suffix, read_len: int, seed: int = 0) -> tuple[torch.Tensor, int]:
@@ -282,8 +282,9 @@ class HFBackend:
             if eos is not None and eos in row:
                 row = row[: row.index(eos) + 1]
             results.append(row)
-        layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers] if self.keep_kv else []
-        if layers and all(k.shape[2] == out.sequences.shape[1] - 1 for k, _ in layers):  # a sliding layer keeps less
+        cache = out.past_key_values if self.keep_kv else None
+        if cache is not None and not any(getattr(cache, "is_sliding", ())):  # a sliding layer keeps its window only
+            layers = [(layer.keys, layer.values) for layer in cache.layers]
             rows = {tuple(p) + tuple(r): i for i, (p, r) in enumerate(zip(prompts, results))}
             starts = [width - len(p) for p in prompts]
             self._kept = (KeptKV(layers, starts), rows, self._weights_version())

@@ -117,6 +117,9 @@ def _generated(model, lengths=(5, 12, 8), new=30, seed=1):
 def test_reads_from_the_kept_kv_equal_the_naive_reforward(family, attn):
     model = tiny(family, attn)
     hf, prompts, responses = _generated(model)
+    if family == "olmo3":  # sliding-window layers keep only their window: such a cache is never kept
+        assert hf._kept is None
+        pytest.skip("OLMo-3 has sliding-window layers: its reads go through the packed forward")
     kv, rows, _ = hf._kept
     suffix, answer = torch.randint(3, 97, (3,)), torch.randint(3, 97, (2,))
     chains = []
