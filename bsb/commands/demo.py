@@ -26,7 +26,7 @@ HELP = "every selector on sampled chains, read costs, and a V* case plot (embedd
 @dataclass
 class DemoConfig(OfflineConfig):
     n_problems: int = _f(4, "chains to sample, one per problem", flag="--chains")
-    max_response: int = _f(160, "response token cap")
+    max_response: int = _f(256, "response token cap")
     temperature: float = _f(
         1.0, "chain and completion sampling temperature (the RL rollouts'; at 0.7 the walk model rarely slips)"
     )

@@ -36,7 +36,7 @@ class EvaluateConfig(OfflineConfig):
     k: int = _f(3, "sampled candidates per question")
     temperature: float = _f(0.6, "sampling temperature ([TwoStage]'s single-seed sampled mode: T=0.6, top-p 0.9)")
     top_p: float = _f(0.9, "sampling nucleus")
-    max_response: int = _f(160, "response token cap")
+    max_response: int = _f(256, "response token cap")
     min_len: int = _f(15, "MDL eligibility: min_len <= L < max_response")
     window: tuple[int, int] = _f(MARGIN_WINDOW, "branching window (zero-based response positions)", cli=False)
     budget: str = _f(

@@ -70,7 +70,7 @@ class ValidateConfig(OfflineConfig):
         "Probe-JS read positions L (default: the task's; 1 for math; L > 1 reads past an uninformative first token)",
     )
     temperature: float = _f(0.7, "chain and completion sampling temperature")
-    max_response: int = _f(160, "response token cap")
+    max_response: int = _f(256, "response token cap")
     m: int = _f(128, "candidate boundaries per chain")
     n_mc: int = _f(16, "completions per boundary")
     b: int | None = _f(None, "boundaries each selector keeps (default 10 as in the paper; 3 on the embedded default)")
@@ -396,7 +396,8 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         "",
         f"Fork contrast (App. D): sibling agreement {contrast['sibling_agreement']:.3f} "
         f"over {contrast['pairs']} pairs; "
-        f"disagreement by Probe-JS tercile: {json.dumps(contrast.get('disagreement_by_js_tercile', {}))}",
+        "disagreement by Probe-JS tercile: "
+        + (", ".join(f"{k} {v:.3f}" for k, v in contrast.get("disagreement_by_js_tercile", {}).items()) or "none"),
     ]
     # --- the lag diagnostic: every score, and the probe belief's own moves, against the value jumps
     beliefs = {}

@@ -68,7 +68,7 @@ class TinyConfig:
 
 TASKS = ("walk", "arith", "code")
 # the embedded default model of `bsb demo`, `bsb validate` and `bsb train`: running tallies of 8-22 terms
-EMBEDDED = TinyConfig(steps=2700, task="walk", ops=tuple(range(8, 23)), detour_frac=0.3, probe_frac=0.5)
+EMBEDDED = TinyConfig(steps=1650, task="walk", ops=tuple(range(30, 51)), detour_frac=0.3, probe_frac=1.0)
 EMBEDDED_ARITH = TinyConfig()  # the earlier miniature (`--set task=arith`): character-level expression chains
 # the embedded code default (`--set task=code`): programs through named variables, one line per step
 EMBEDDED_CODE = TinyConfig(steps=2000, layers=3, ops=(1, 2, 2, 3, 3), detour_frac=0.2, max_operand=5, task="code")

@@ -110,7 +110,7 @@ class TrainConfig(ProbeConfig):
     two_stage_t_max: int = _f(160, "T_max, the stage-1 length and latest stop (two_stage)")
     early_eos: str = _f("terminal_dup", "two_stage early-EOS rule: terminal_dup | root_resample | midpoint_fallback")
     max_prompt_len: int = _f(256, "prompts longer than this many tokens are an error")
-    max_response_len: int = _f(160, "response token cap")
+    max_response_len: int = _f(256, "response token cap")
     temperature: float = _f(1.0, "rollout sampling temperature")
     top_p: float = _f(1.0, "rollout nucleus")
     # --- reward and keeping

@@ -1,19 +1,23 @@
 """The synthetic task of the embedded default: a walk on a map given in the prompt, one step per line.
 
-A problem is a map of six symbols (``a>d b>a c>e ...``: each symbol's successor, never itself), a start symbol and a
-length: ``c a>d b>a ... f>e 16`` means "from c, follow the map 16 times; where do you end?". Its reference chain writes
-one line per step (``3:ce``: the steps left, counting this one, then the symbol it stands on and its successor), so a
-problem of ``n`` steps has ``n`` candidate boundaries, and ends with ``=>`` and the final symbol after the line that
-counts down to 1 (whether a chain is complete can be read off its last line, so the model can tell its final answer from
-a guess at one). With :func:`bsb.embedded.tokenizer.walk_tokenizer` every map entry (``c>e``) and every count is one
-token, so a step is one lookup a tiny model learns in minutes, and the first token after the ``=>`` suffix is the whole
-answer.
+A problem is a map of six symbols (``a>d b>a c>e ...``: each symbol's successor), a start symbol and a length: ``c
+a>d b>a ... f>e 42`` means "from c, follow the map 42 times; where do you end?". Every map has exactly one cycle, of
+three symbols, and the other three lead into it (no fixed points, no 2-cycles): a walk reaches the cycle within three
+steps and goes round it, so every step, a slip included, can change where it ends, and walks can still merge (a slip
+onto a tail can be forgiven). Its reference chain writes one line per step (``3c>e``: the steps left, counting this
+one, then the map entry it follows, as written), so a problem of ``n`` steps has ``n`` candidate boundaries, and ends
+with ``=>`` and the final symbol after the line that counts down to 1 (whether a chain is complete can be read off its
+last line, so the model can tell its final answer from a guess at one). With
+:func:`bsb.embedded.tokenizer.walk_tokenizer` every map entry and every count is one token (a line is three tokens with
+its newline), so a step is one lookup a tiny model learns in minutes, and the first token after the ``=>`` suffix is
+the whole answer. The default lengths, 34-50 steps (median 42 boundaries), put ``bsb validate``'s B = 0.08·m at the
+paper's ratio with three or four kept points a chain.
 
 Training chains carry detours: ``wrong`` (one step writes a wrong successor and the walk carries on from it) and
-``corrected`` (the next line, ``wait 3:ce``, restates the step correctly and the walk goes on from the right symbol).
+``corrected`` (the next line, ``wait 3c>e``, restates the step correctly and the walk goes on from the right symbol).
 :func:`probe_example` teaches the model to state the walk's final symbol after ``=>`` at any line boundary, so the
-probe reads a belief over the *final* answer: soft while many steps remain, sharp near the end, and moved by a wrong
-step (the map is a random function: walks merge, so a wrong step can also be forgiven later).
+probe reads a belief over the *final* answer, and cuts detour chains just after their wrong line, where that answer
+has just moved.
 
 :func:`bsv_continuations` drafts the three regimes BSV is fitted on from a reference chain cut at a boundary: surge
 (the next steps, correct), drop (the next step wrong, the walk carried on from it), steady (the last line restated).
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 from bsb.tasks.base import Problem, SyntheticTask, Verdict
 
 SYMBOLS = string.ascii_lowercase[:6]  # a..f
-MAX_STEPS = 40
+MAX_STEPS = 64
 SUFFIX = "=>"  # the final-answer marker: the probe's elicitation suffix
 
 
@@ -59,11 +63,37 @@ class WalkProblem:
 
 
 def make_problem(rng: random.Random, n_ops: int) -> WalkProblem:
-    """A random map without fixed points (a function, not a permutation: walks can merge), a random start, ``n_ops``
-    steps."""
+    """A random map without fixed points or 2-cycles (``succ(succ(s)) != s``: a walk never settles into alternating
+    two symbols, so every step can change where it ends; a function, not a permutation: walks can merge), a random
+    start, ``n_ops`` steps."""
     if not 1 <= n_ops <= MAX_STEPS:
         raise ValueError(f"n_ops must be in [1, {MAX_STEPS}], got {n_ops}")
-    return WalkProblem(rng.choice(SYMBOLS), tuple(rng.choice([t for t in SYMBOLS if t != s]) for s in SYMBOLS), n_ops)
+    while True:
+        succ = tuple(rng.choice([t for t in SYMBOLS if t != s]) for s in SYMBOLS)
+        if cycles(succ) == [3]:
+            return WalkProblem(rng.choice(SYMBOLS), succ, n_ops)
+
+
+def cycles(succ: tuple[str, ...]) -> list[int]:
+    """The lengths of the map's cycles, sorted."""
+    on = set()
+    for s in SYMBOLS:
+        x = s
+        for _ in range(len(SYMBOLS)):
+            x = succ[SYMBOLS.index(x)]
+        on.add(x)  # after len(SYMBOLS) steps every walk is on a cycle
+    out, seen = [], set()
+    for s in sorted(on - seen):
+        if s in seen:
+            continue
+        n, x = 0, s
+        while True:
+            seen.add(x)
+            x, n = succ[SYMBOLS.index(x)], n + 1
+            if x == s:
+                break
+        out.append(n)
+    return sorted(out)
 
 
 @dataclass(frozen=True)
@@ -84,8 +114,9 @@ class WalkChain:
 
 
 def step_line(p: WalkProblem, i: int, here: str, there: str) -> str:
-    """``3:ce``: the steps left (counting this one), the symbol the walk stands on, the one it moves to."""
-    return f"{p.n_ops - i}:{here}{there}"
+    """``3c>e``: the steps left (counting this one), then the map entry the step follows as written (the symbol the
+    walk stands on, the one it moves to): three tokens with the newline."""
+    return f"{p.n_ops - i}{here}>{there}"
 
 
 def _wrong(p: WalkProblem, here: str, rng: random.Random) -> str:
@@ -131,14 +162,24 @@ def training_chains(n: int, seed: int, ops: tuple[int, ...], detour_frac: float 
     return out
 
 
-def probe_example(chain: WalkChain, rng: random.Random, complete: float = 0.25) -> tuple[str, str, str]:
+def probe_example(
+    chain: WalkChain, rng: random.Random, complete: float = 0.25, at_detour: float = 0.5
+) -> tuple[str, str, str]:
     """(prompt, partial response, answer): the chain cut at a line boundary, then the suffix; the answer is the symbol
     the whole chain states. The cut falls after the last line (the chain complete: the answer is its last symbol) with
-    probability ``complete``, else at a random earlier boundary (0 = before the first line), where the answer is
-    what the walk will come to. The loss falls on the answer only, so the model learns the final answer's
-    distribution from partial work, and to tell it from the answer of a complete chain, without learning to stop
-    early."""
-    j = len(chain.lines) if rng.random() < complete else rng.randrange(len(chain.lines))
+    probability ``complete``; in a chain with a detour, with probability ``at_detour`` just after its wrong line (or,
+    corrected, after the line that restates it), where the answer has just changed (or changed back); else at a random
+    earlier boundary (0 = before the first line), where the answer is what the walk will come to. The loss falls on
+    the answer only, so the model learns the final answer's distribution from partial work, to move it on the line
+    that moves the walk rather than a line later, and to tell it from the answer of a complete chain, without
+    learning to stop early."""
+    r = rng.random()
+    if r < complete:
+        j = len(chain.lines)
+    elif chain.pivot_line is not None and r < complete + (1 - complete) * at_detour:
+        j = chain.pivot_line + 1 + (chain.kind == "corrected" and rng.random() < 0.5)
+    else:
+        j = rng.randrange(len(chain.lines))
     return chain.problem.prompt, "".join(line + "\n" for line in chain.lines[:j]) + SUFFIX, chain.final_answer
 
 
@@ -176,7 +217,7 @@ class WalkTask(SyntheticTask):
     held_out_seed = 10**9 + 7  # the held-out set's generator seed (independent of the run's seed)
     sample_seed = 4242  # offset of the offline commands' problems (bsb validate / evaluate / demo)
 
-    def __init__(self, ops: tuple[int, ...] | list[int] = tuple(range(14, 21))):
+    def __init__(self, ops: tuple[int, ...] | list[int] = tuple(range(34, 51))):
         self.ops = tuple(int(n) for n in ops)
         if not self.ops or min(self.ops) < 1 or max(self.ops) > MAX_STEPS:
             raise ValueError(f"task option ops must be step counts in [1, {MAX_STEPS}], got {list(ops)}")

@@ -10,17 +10,19 @@ import pytest
 from bsb.embedded.tokenizer import NUMBER_MAX, walk_tokenizer
 from bsb.tasks.registry import make_task
 from bsb.tasks.synthetic.walk import (
+    MAX_STEPS,
     SUFFIX,
     SYMBOLS,
     WalkTask,
     bsv_continuations,
+    cycles,
     make_chain,
     make_problem,
     probe_example,
     training_chains,
 )
 
-LINE = re.compile(rf"^(?:wait )?(\d+):([{SYMBOLS}])([{SYMBOLS}])$")
+LINE = re.compile(rf"^(?:wait )?(\d+)([{SYMBOLS}])>([{SYMBOLS}])$")
 
 
 def _steps(chain):
@@ -36,9 +38,10 @@ def _steps(chain):
 def test_reference_chains_follow_the_map_one_line_a_step_counting_down():
     rng = random.Random(0)
     for _ in range(50):
-        p = make_problem(rng, rng.randint(1, 40))
+        p = make_problem(rng, rng.randint(1, MAX_STEPS))
         assert p.prompt == f"{p.start} " + " ".join(f"{s}>{p.next(s)}" for s in SYMBOLS) + f" {p.n_ops}\n"
-        assert all(p.next(s) != s for s in SYMBOLS)  # no fixed points
+        assert all(p.next(s) != s and p.next(p.next(s)) != s for s in SYMBOLS)  # no fixed points, no 2-cycles
+        assert cycles(p.succ) == [3] and len(set(p.path(steps=30)[10:])) == 3  # every walk ends in one 3-cycle
         c = make_chain(p, rng)
         steps = _steps(c)
         assert [left for left, _, _ in steps] == list(range(p.n_ops, 0, -1)) and steps[0][1] == p.start
@@ -59,11 +62,16 @@ def test_detours_are_wrong_or_corrected_as_labelled():
         _, here, there = _steps(wrong)[wrong.pivot_line]
         assert p.next(here) != there
         left, here, there = _steps(fixed)[fixed.pivot_line + 1]
-        assert fixed.lines[fixed.pivot_line + 1].startswith("wait ") and p.next(here) == there and len(fixed.lines) == p.n_ops + 1
+        assert (
+            fixed.lines[fixed.pivot_line + 1].startswith("wait ")
+            and p.next(here) == there
+            and len(fixed.lines) == p.n_ops + 1
+        )
     with pytest.raises(ValueError, match="kind must be"):
         make_chain(make_problem(rng, 3), rng, "sideways")
     with pytest.raises(ValueError, match="n_ops"):
-        make_problem(rng, 41)
+        make_problem(rng, MAX_STEPS + 1)
+    assert cycles(tuple("bcabcd")) == [3] and cycles(tuple("bafcde")) == [2, 4]  # a>b>c>a; a<->b and c>f>e>d>c
 
 
 def test_training_set_is_deterministic_mixed_and_probe_examples_cut_at_boundaries():
@@ -81,6 +89,9 @@ def test_training_set_is_deterministic_mixed_and_probe_examples_cut_at_boundarie
         if whole and len(body.splitlines()) == len(c.lines):
             assert c.response == body + SUFFIX + answer  # a complete chain: the answer is the one it states
     assert 50 < whole < 100  # a quarter of the cuts fall after the last line
+    detours = [c for c in a if c.pivot_line is not None]
+    at = [len(probe_example(c, rng, complete=0.0, at_detour=1.0)[1].splitlines()) - 1 for c in detours]
+    assert all(j - c.pivot_line in ((1, 2) if c.kind == "corrected" else (1,)) for j, c in zip(at, detours))
 
 
 def test_bsv_regimes_continue_the_reference_surge_drop_or_restate():
@@ -113,20 +124,22 @@ def test_walk_tokenizer_makes_counts_entries_and_answers_single_tokens_and_round
 def test_task_problems_boundaries_verifier_and_options():
     task = make_task("walk")
     held = task.held_out(40)
-    assert [p.prompt for p in held] == [p.prompt for p in WalkTask().held_out(40)] and len({p.prompt for p in held}) == 40
+    assert [p.prompt for p in held] == [p.prompt for p in WalkTask().held_out(40)] and len(
+        {p.prompt for p in held}
+    ) == 40
     assert not {p.prompt for p in task.draw(random.Random(0), 30, {p.prompt for p in held})} & {p.prompt for p in held}
-    assert statistics.median(p.meta["ops"] for p in task.sample(100)) >= 16  # chains of >= 16 candidate boundaries
+    assert statistics.median(p.meta["ops"] for p in task.sample(100)) >= 40  # chains of >= 40 candidate boundaries
     p = held[0]
-    assert task.verify(f"1:ab\n{SUFFIX}{p.answer}", p).correct
+    assert task.verify(f"1a>b\n{SUFFIX}{p.answer}", p).correct
     other = next(s for s in SYMBOLS if s != p.answer)
     v = task.verify(f"{SUFFIX}{other}", p)
     assert not v.correct and v.reason == "wrong" and v.answer == other
-    assert task.verify("1:ab\n", p).reason == "no_answer"
+    assert task.verify("1a>b\n", p).reason == "no_answer"
     assert task.answer_span(f"{SUFFIX}c\n{SUFFIX}d") == "d" and task.gold_continuation(p) == p.answer
     assert task.probe_suffix == SUFFIX and task.read_len == 1
     ex = task.bsv_examples(6)
     assert len(ex) == 18 and {r for *_, r in ex} == {"surge", "steady", "drop"}
     with pytest.raises(ValueError, match="ops"):
-        make_task("walk", {"ops": [41]})
+        make_task("walk", {"ops": [MAX_STEPS + 1]})
     with pytest.raises(TypeError, match="not a walk problem"):
         task.reference(make_task("arith").held_out(1)[0])
