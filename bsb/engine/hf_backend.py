@@ -256,7 +256,9 @@ class HFBackend:
         """Sample one continuation per prompt (left-padded batch); returns the new token ids, EOS included.
         Request ``i`` samples from its own generator seeded ``seed + i`` (or ``seed[i]``), by the Gumbel-max trick
         (:class:`RequestSampler`): what it draws does not depend on which other requests share the batch, so a
-        prompt's rollouts are the same whichever rank of a data-parallel run generates them."""
+        prompt's rollouts are the same whichever rank of a data-parallel run generates them, up to the logits' last
+        bits: another batch (other padding, other rows) can round them differently, and a draw whose two best
+        perturbed scores lie that close flips (rare; seen once in 4,254 tokens)."""
         check_generation_args(prompts, max_new_tokens, temperature, top_p)
         eos = eos_token_id if eos_token_id is not None else self.model.generation_config.eos_token_id
         ids, mask, pad = self._left_pad(prompts)

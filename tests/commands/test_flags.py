@@ -83,14 +83,14 @@ def test_a_positional_without_default_is_required(capsys):
 
 # The flags the hand-written command line had before they were generated (name: default), kept as they were.
 GOLDEN = {
-    demo: {"--chains": 4, "--max-response": 160, "--n-mc": 8, "--temperature": 1.0, "--seed": 0, "--out": "bsb_demo.png",
+    demo: {"--chains": 4, "--max-response": 256, "--n-mc": 8, "--temperature": 1.0, "--seed": 0, "--out": "bsb_demo.png",
            "--quick": False, "--judge-url": None, "--judge-model": None, "--judge-endpoint": "chat",
            "--judge-key-env": "BSB_JUDGE_API_KEY", "--judge-template": None, "--device": "auto", "--dtype": "auto",
            "--prompt-format": "plain", "--task": None, "--task-option": []},
-    validate: {"--n-problems": 24, "--m": 128, "--n-mc": 16, "--b": None, "--temperature": 0.7, "--max-response": 160,
+    validate: {"--n-problems": 24, "--m": 128, "--n-mc": 16, "--b": None, "--temperature": 0.7, "--max-response": 256,
                "--selectors": validate.DEFAULT_SELECTORS, "--bsv": None, "--read-len": None, "--backend": "auto", "--seed": 0,
                "--out": "runs/validate", "--judge-url": None, "--device": "auto", "--task": None, "--task-option": []},
-    evaluate: {"--n-problems": 64, "--k": 3, "--temperature": 0.6, "--max-response": 160, "--seed": 0, "--out": "runs/evaluate",
+    evaluate: {"--n-problems": 64, "--k": 3, "--temperature": 0.6, "--max-response": 256, "--seed": 0, "--out": "runs/evaluate",
                "--budget": "exact", "--device": "auto", "--dtype": "auto", "--prompt-format": "plain", "--task": None},
     cost: {"--metrics": None, "--mean-chain-len": None, "--train-tokens": 0.0, "--prompts": 32, "--chains": 4, "--siblings": 2,
            "--candidates": 16, "--suffix-len": 9, "--read-len": 1},

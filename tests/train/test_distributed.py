@@ -36,7 +36,11 @@ CASES = {
     "arm11": {"unit_question_grad": True, "grad_accum_questions": 2, "advantage": "prefix_credit"},
     "minibatches": {"minibatches": 2, "steps": 2},
 }
-VOLATILE = ("time_", "probe_frac")  # wall clock
+# Wall clock, and the count of every token sampled, discarded chains included: HF generation is not bit-invariant
+# under batch composition (one process samples a round's requests in one batch, each rank its half), so a chain that
+# is re-rolled away can differ by a flipped near-tie token (measured: 6 of 4,254 tokens, in a second-round group no
+# tree kept). Every trained quantity (trees, verdicts, tokens_trained, losses, weights) is still compared exactly.
+VOLATILE = ("time_", "probe_frac", "tokens_generated")
 
 
 def torchrun(*args, n=2):
