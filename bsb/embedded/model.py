@@ -67,7 +67,7 @@ class TinyConfig:
 
 
 TASKS = ("walk", "arith", "code")
-# the embedded default model of `bsb demo`, `bsb validate` and `bsb train`: running tallies of 8-22 terms
+# the embedded default model of `bsb demo`, `bsb validate` and `bsb train`: map walks of 30-50 steps
 EMBEDDED = TinyConfig(steps=1650, task="walk", ops=tuple(range(30, 51)), detour_frac=0.3, probe_frac=1.0)
 EMBEDDED_ARITH = TinyConfig()  # the earlier miniature (`--set task=arith`): character-level expression chains
 # the embedded code default (`--set task=code`): programs through named variables, one line per step

@@ -63,9 +63,9 @@ class WalkProblem:
 
 
 def make_problem(rng: random.Random, n_ops: int) -> WalkProblem:
-    """A random map without fixed points or 2-cycles (``succ(succ(s)) != s``: a walk never settles into alternating
-    two symbols, so every step can change where it ends; a function, not a permutation: walks can merge), a random
-    start, ``n_ops`` steps."""
+    """A random map with exactly one cycle, of three symbols, and no fixed point (the other three symbols lead into the
+    cycle: a function, not a permutation, so walks can merge; a walk never settles into alternating two symbols), a
+    random start, ``n_ops`` steps. Drawn by rejection: about one map without fixed points in four qualifies."""
     if not 1 <= n_ops <= MAX_STEPS:
         raise ValueError(f"n_ops must be in [1, {MAX_STEPS}], got {n_ops}")
     while True:
@@ -83,7 +83,7 @@ def cycles(succ: tuple[str, ...]) -> list[int]:
             x = succ[SYMBOLS.index(x)]
         on.add(x)  # after len(SYMBOLS) steps every walk is on a cycle
     out, seen = [], set()
-    for s in sorted(on - seen):
+    for s in sorted(on):
         if s in seen:
             continue
         n, x = 0, s
@@ -170,8 +170,9 @@ def probe_example(
     probability ``complete``; in a chain with a detour, with probability ``at_detour`` just after its wrong line (or,
     corrected, after the line that restates it), where the answer has just changed (or changed back); else at a random
     earlier boundary (0 = before the first line), where the answer is what the walk will come to. The loss falls on
-    the answer only, so the model learns the final answer's distribution from partial work, to move it on the line
-    that moves the walk rather than a line later, and to tell it from the answer of a complete chain, without
+    the answer only, so the model learns the final answer's distribution from partial work (the detour cuts are
+    meant to make it move on the line that moves the walk; the shipped model still moves one to three lines later:
+    ``bench/walk_lag.py``), and to tell it from the answer of a complete chain, without
     learning to stop early."""
     r = rng.random()
     if r < complete:
