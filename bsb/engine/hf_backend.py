@@ -258,7 +258,7 @@ class HFBackend:
         (:class:`RequestSampler`): what it draws does not depend on which other requests share the batch, so a
         prompt's rollouts are the same whichever rank of a data-parallel run generates them, up to the logits' last
         bits: another batch (other padding, other rows) can round them differently, and a draw whose two best
-        perturbed scores lie that close flips (rare; seen once in 4,254 tokens)."""
+        perturbed scores lie that close flips (rare, but seen on the walk default)."""
         check_generation_args(prompts, max_new_tokens, temperature, top_p)
         eos = eos_token_id if eos_token_id is not None else self.model.generation_config.eos_token_id
         ids, mask, pad = self._left_pad(prompts)
