@@ -124,8 +124,6 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?")  # owner/name[@re
 def hub_snapshot(repo: str) -> Path:
     """The local folder of hub model ``owner/name[@revision]``, downloaded into the hub cache (``HF_HOME`` /
     ``HF_HUB_CACHE``) or, with ``HF_HUB_OFFLINE=1``, found there; the weights, config and tokenizer files only."""
-    import os
-
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         HfHubHTTPError,
