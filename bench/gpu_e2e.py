@@ -90,7 +90,7 @@ def tree_step(log, model, device, dtype, prompts=4, max_response=256, smoke=Fals
 
     from bsb.engine.hf_backend import HFBackend
     from bsb.engine.selectors import SelectorConfig, make_selector
-    from bsb.train import phases
+    from bsb.train import phases, update
     from bsb.train.config import TrainConfig
     from bsb.train.rollout import TreeConfig, tree_rollout
 
@@ -120,7 +120,7 @@ def tree_step(log, model, device, dtype, prompts=4, max_response=256, smoke=Fals
         _sync(device)
         t1 = time.perf_counter()
         rows = phases.advantage_rows(trees, cfg, newline)
-        phases.update_policy(policy, opt, sched, rows, cfg, pad=0, seed=0, compute_dtype=dtype)
+        update.update_policy(policy, opt, sched, rows, cfg, pad=0, seed=0, compute_dtype=dtype)
         _sync(device)
         t2 = time.perf_counter()
         step = t2 - t0

@@ -71,6 +71,7 @@ from bsb.train.sharding import (
     shard_policy,
 )
 from bsb.train.trackers import Trackers
+from bsb.train.update import update_policy
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +263,7 @@ class Trainer:
         rows = phases.advantage_rows(kept, cfg, self.newline)
         if self.syncs:
             self.backend.sleep()  # a GPU engine frees its memory for the update (no-op on the CPU)
-        update = phases.update_policy(
+        update = update_policy(
             self.policy,
             self.opt,
             self.sched,

@@ -20,7 +20,7 @@ import transformers
 from bsb.engine.hf_backend import HFBackend
 from bsb.train.config import TrainConfig
 from bsb.train.distributed import World
-from bsb.train.phases import Row, update_policy
+from bsb.train.update import Row, update_policy
 from bsb.train.sharding import full_params, full_state_dict, shard_policy
 
 

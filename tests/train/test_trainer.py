@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bsb.embedded.model import TinyConfig, train_tiny_model
-from bsb.train import phases
+from bsb.train import phases, update
 from bsb.train.config import TrainConfig, parse_overrides
 from bsb.train.trainer import Trainer
 
@@ -144,9 +144,9 @@ def test_variants_run(model_dir, tmp_path, kw):
 
 def test_homogeneous_step_takes_the_zero_gradient_step(model_dir, tmp_path):
     tr = Trainer(config(model_dir, tmp_path, dynamic_sampling=False, steps=1))
-    rows = [phases.Row([3, 4], [5, 6, 7], torch.zeros(3), 0)]
+    rows = [update.Row([3, 4], [5, 6, 7], torch.zeros(3), 0)]
     before = [p.detach().clone() for p in tr.policy.parameters()]
-    out = phases.update_policy(tr.policy, tr.opt, tr.sched, rows, tr.cfg, tr.pad, 0)
+    out = update.update_policy(tr.policy, tr.opt, tr.sched, rows, tr.cfg, tr.pad, 0)
     assert out["optimizer"] == "zero_grad_step"
     assert tr.opt.state  # AdamW state exists: the step ran (and decayed the weights)
     assert any(not torch.equal(a, b) for a, b in zip(before, tr.policy.parameters()))
@@ -279,8 +279,8 @@ def test_policy_is_in_train_mode_for_updates_and_eval_mode_for_reads(model_dir, 
     hook = tr.policy.model.register_forward_pre_hook(lambda mod, args: modes.append(mod.training))
     try:
         before = len(modes)
-        rows = [phases.Row([3, 4], [5, 6, 7], torch.tensor([1.0, -1.0, 0.5]), 0)]
-        phases.update_policy(tr.policy, tr.opt, tr.sched, rows, tr.cfg, tr.pad, 0)
+        rows = [update.Row([3, 4], [5, 6, 7], torch.tensor([1.0, -1.0, 0.5]), 0)]
+        update.update_policy(tr.policy, tr.opt, tr.sched, rows, tr.cfg, tr.pad, 0)
         assert modes[before:] and all(modes[before:])  # every update forward in train mode
         after = len(modes)
         tr.train_step()

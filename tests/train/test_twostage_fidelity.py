@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bsb.eval.branching import eff_caps
-from bsb.train import phases
+from bsb.train import phases, update
 from bsb.train.advantages import STD_EPS, advantages, prefix_credit_advantages
 from bsb.train.config import TrainConfig
 from bsb.train.tree import Leaf, PromptTree
@@ -61,7 +61,7 @@ def test_unit_normalised_accumulation_over_four_questions():
     """Arm 11: each question's gradient scaled to unit norm, averaged over the 4-question window."""
     g = [[torch.tensor([3.0, 4.0]), torch.tensor([0.0])], [[0.0, 0.0], [2.0]], [[0.0, 0.0], [0.0]], [[1.0, 0.0], [0.0]]]
     g = [[torch.as_tensor(x, dtype=torch.float32) for x in q] for q in g]
-    out = phases.unit_normalized_mean(g, window=4)
+    out = update.unit_normalized_mean(g, window=4)
     torch.testing.assert_close(out[0], torch.tensor([(0.6 + 0 + 0 + 1.0) / 4, (0.8 + 0 + 0 + 0) / 4]))
     torch.testing.assert_close(out[1], torch.tensor([(0 + 1.0 + 0 + 0) / 4]))
 

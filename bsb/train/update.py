@@ -1,0 +1,264 @@
+"""Phase 6 of a training step, the policy update: the optimizer steps over the step's :class:`Row` s (one per leaf
+with its per-token advantages), the policy in train mode (and back to eval after).
+
+Rows whose advantages are all zero are not back-propagated; a mini-batch with none takes the AdamW step on zero
+gradients, skips it, or runs the 0-weighted backward, as ``homogeneous`` says. The PPO ratios are against the rollout
+policy. [TwoStage] Arm 11's unit-norm accumulation is :func:`unit_normalized_mean`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from bsb.engine.device import autocast
+from bsb.train.config import TrainConfig
+from bsb.train.distributed import SOLO, World
+from bsb.train.loss import CLIP_STATS, LOSSES, response_logprobs, zero_grad_step
+
+@dataclass
+class Row:
+    """One trained sequence: a leaf with its per-token advantages."""
+
+    prompt: list[int]
+    response: list[int]
+    advantage: torch.Tensor  # (len(response),) float32
+    question: int  # index of its tree among the step's kept trees
+
+    @property
+    def active(self) -> bool:
+        """Has a non-zero advantage (a zero row's gradient is exactly zero)."""
+        return len(self.response) > 0 and bool(self.advantage.abs().max() > 0)
+
+
+
+def unit_normalized_mean(
+    grads: Sequence[Sequence[torch.Tensor]], window: int, world: World = SOLO
+) -> list[torch.Tensor]:
+    """[TwoStage] Arm 11's accumulation: ``(1/window) Σ_q g_q / ||g_q||`` over the questions of one optimizer step (each
+    question's whole gradient scaled to unit L2 norm; a zero gradient adds nothing but counts in the window). Sharded
+    gradients (FSDP2 DTensors) take the norm over every rank's shard."""
+    out = [torch.zeros_like(g) for g in grads[0]]
+    for g in grads:
+        norm = math.sqrt(world.sum(sum((_local(x).double() ** 2).sum().item() for x in g)))
+        if norm > 0:
+            for acc, x in zip(out, g):
+                acc.add_(x / norm)
+    return [acc / window for acc in out]
+
+
+def update_policy(
+    policy,
+    opt,
+    sched,
+    rows: list[Row],
+    cfg: TrainConfig,
+    pad: int,
+    seed: int,
+    compute_dtype: torch.dtype = torch.float32,
+    world: World = SOLO,
+) -> dict:
+    """The optimizer steps over ``rows``; the policy is in train mode throughout and in eval mode afterwards.
+    Forwards run under autocast in ``compute_dtype`` (fp32 master weights and optimizer state).
+
+    Data parallel (``world``): every rank holds the same ``rows`` (the step's gathered trees) and the same schedule of
+    mini-batches; each back-propagates its share of a mini-batch's rows (:func:`_share`) with the mini-batch's global
+    token and sequence counts as the loss normalisers, and FSDP2 reduces the gradients, so N ranks take the step one
+    process would on the same rows. A rank with fewer rows runs empty micro-batches (:func:`_backward`): FSDP's
+    forwards are collectives, every rank issues the same number."""
+    if not rows:
+        return {
+            "loss": 0.0,
+            "grad_norm": 0.0,
+            **dict.fromkeys(CLIP_STATS, 0.0),
+            "optimizer": "no rows",
+            "lr": sched.get_last_lr()[0],
+        }
+    policy.train()
+    try:
+        with autocast(next(policy.parameters()).device, compute_dtype):
+            if cfg.unit_question_grad:
+                return _unit_question_update(policy, opt, sched, rows, cfg, pad, world)
+            return _minibatch_update(policy, opt, sched, rows, cfg, pad, seed, world)
+    finally:
+        policy.eval()
+
+
+def _share(todo: list[int], world: World) -> tuple[list[int], int]:
+    """This rank's rows of ``todo`` (every ``size``-th, from its rank on) and the most any rank has."""
+    return todo[world.rank :: world.size], -(-len(todo) // world.size)
+
+
+def _backward(
+    policy,
+    rows: list[Row],
+    todo: list[int],
+    cfg: TrainConfig,
+    pad: int,
+    n_tokens: int,
+    n_seqs: int,
+    old: dict[int, torch.Tensor],
+    world: World = SOLO,
+) -> tuple[float, tuple[float, float]]:
+    """Loss backward over this rank's share of rows ``todo`` in micro-batches; returns the loss summed over every
+    rank and (clipped tokens, tokens) summed over every rank. The loss is scaled by the world size: FSDP2 averages
+    gradients over ranks, the normalisers are already global."""
+    mine, most = _share(todo, world)
+    total, tokens = 0.0, 0.0
+    clipped = dict.fromkeys(CLIP_STATS, 0.0)  # tokens of each clip statistic
+    for i0 in range(0, most, cfg.micro_batch):
+        chunk = mine[i0 : i0 + cfg.micro_batch]
+        if not chunk:  # an empty micro-batch: the same collectives as the others, no gradient
+            logp, _ = response_logprobs(policy, [[pad]], [[pad]], pad)
+            (logp.sum() * 0.0).backward()
+            continue
+        logp, mask = response_logprobs(
+            policy, [rows[i].prompt for i in chunk], [rows[i].response for i in chunk], pad
+        )  # (B, R)
+        adv = torch.zeros_like(logp)
+        old_lp = torch.zeros_like(logp)
+        for j, i in enumerate(chunk):
+            n = len(rows[i].response)
+            adv[j, :n] = rows[i].advantage
+            old_lp[j, :n] = (
+                old[i] if i in old else logp[j, :n].detach()
+            )  # one mini-batch: the rollout policy is this one
+        loss, info = LOSSES.get(cfg.loss)(
+            logp,
+            old_lp,
+            adv,
+            mask,
+            n_tokens=n_tokens,
+            n_seqs=n_seqs,
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+            clip_ratio_c=cfg.clip_ratio_c,
+            agg=cfg.loss_agg,
+        )
+        (loss * world.size if world.launched else loss).backward()
+        total += loss.item()
+        n = float(mask.sum().item())
+        tokens += n
+        for k in CLIP_STATS:
+            clipped[k] += info.get(k, 0.0) * n
+    return world.sum(total), ({k: world.sum(v) for k, v in clipped.items()}, world.sum(tokens))
+
+
+def _old_logprobs(policy, rows: list[Row], plan: list[list[int]], cfg: TrainConfig, pad: int, world: World) -> dict:
+    """The rollout policy's log-probs of the rows this rank back-propagates in ``plan`` (its share of each
+    mini-batch), before the first step moves it; every rank runs as many forwards as the busiest."""
+    shares = [[i for todo in plan for i in todo[r :: world.size]] for r in range(world.size)]
+    mine, most = shares[world.rank], max(map(len, shares))
+    old: dict[int, torch.Tensor] = {}
+    with torch.no_grad():
+        for i0 in range(0, most, cfg.micro_batch):
+            chunk = mine[i0 : i0 + cfg.micro_batch]
+            if not chunk:
+                response_logprobs(policy, [[pad]], [[pad]], pad)
+                continue
+            lp, _ = response_logprobs(policy, [rows[i].prompt for i in chunk], [rows[i].response for i in chunk], pad)
+            for j, i in enumerate(chunk):
+                old[i] = lp[j, : len(rows[i].response)]
+    return old
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _step(policy, opt, sched, cfg: TrainConfig) -> float:
+    norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
+    norm = (norm.full_tensor() if hasattr(norm, "full_tensor") else norm).item()  # sharded: the global norm
+    opt.step()
+    sched.step()
+    return norm
+
+
+def _homogeneous(opt, sched, cfg: TrainConfig) -> str:
+    if cfg.homogeneous == "zero_grad_step":
+        zero_grad_step(opt)
+        sched.step()
+    return cfg.homogeneous
+
+
+def _update_summary(losses, norms, clips, kinds, sched) -> dict:
+    """One step's update metrics: mean loss and gradient norm, the clip fractions (tokens over the step's
+    back-propagated tokens, :data:`~bsb.train.loss.CLIP_STATS`), the optimizer's moves, the lr."""
+    tokens = sum(n for _, n in clips)
+    frac = {k: sum(c[k] for c, _ in clips) / tokens if tokens else math.nan for k in CLIP_STATS}
+    return {
+        "loss": _mean(losses),
+        "grad_norm": _mean(norms),
+        **frac,
+        "optimizer": ",".join(kinds),
+        "lr": sched.get_last_lr()[0],
+    }
+
+
+def _minibatch_update(
+    policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: int, seed: int, world: World = SOLO
+) -> dict:
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    minis = [order[i :: cfg.minibatches] for i in range(cfg.minibatches)]
+    # each mini-batch's rows to back-propagate (None: no active row, the homogeneous rule instead)
+    plan = []
+    for mb in (m for m in minis if m):
+        active = [i for i in mb if rows[i].active]
+        plan.append((mb, mb if cfg.homogeneous == "backward" else (active or None)))
+    old: dict[int, torch.Tensor] = {}
+    if getattr(LOSSES.get(cfg.loss), "needs_old_logp", False) and cfg.minibatches > 1:
+        old = _old_logprobs(policy, rows, [todo for _, todo in plan if todo], cfg, pad, world)
+    losses, norms, clips, kinds = [], [], [], []
+    for mb, todo in plan:
+        if todo is None:
+            kinds.append(_homogeneous(opt, sched, cfg))
+            continue
+        opt.zero_grad(set_to_none=True)
+        n_tokens = max(1, sum(len(rows[i].response) for i in mb))
+        total, c = _backward(policy, rows, todo, cfg, pad, n_tokens, len(mb), old, world)
+        clips.append(c)
+        norms.append(_step(policy, opt, sched, cfg))
+        losses.append(total)
+        kinds.append("step")
+    return _update_summary(losses, norms, clips, kinds, sched)
+
+
+def _unit_question_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: int, world: World = SOLO) -> dict:
+    """[TwoStage] Arm 11: one optimizer step per ``grad_accum_questions`` questions, each question's gradient scaled to
+    unit norm (:func:`unit_normalized_mean`)."""
+    params = [p for p in policy.parameters() if p.requires_grad]
+    questions = sorted({r.question for r in rows})
+    losses, norms, clips, kinds = [], [], [], []
+    for w0 in range(0, len(questions), cfg.grad_accum_questions):
+        window = questions[w0 : w0 + cfg.grad_accum_questions]
+        grads, total = [], 0.0
+        for q in window:
+            mine = [i for i, r in enumerate(rows) if r.question == q]
+            todo = [i for i in mine if rows[i].active]
+            if not todo:
+                continue
+            opt.zero_grad(set_to_none=True)
+            n_tokens = max(1, sum(len(rows[i].response) for i in mine))
+            loss, c = _backward(policy, rows, todo, cfg, pad, n_tokens, len(mine), {}, world)
+            total += loss
+            clips.append(c)
+            grads.append([p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params])
+        if not grads:
+            kinds.append(_homogeneous(opt, sched, cfg))
+            continue
+        for p, g in zip(params, unit_normalized_mean(grads, len(window), world)):
+            p.grad = g
+        norms.append(_step(policy, opt, sched, cfg))
+        losses.append(total)
+        kinds.append("step")
+    return _update_summary(losses, norms, clips, kinds, sched)
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return float(sum(xs) / len(xs)) if xs else math.nan
