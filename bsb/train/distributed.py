@@ -5,7 +5,9 @@ process group: gloo on the CPU, NCCL on CUDA (one GPU a rank, ``cuda:LOCAL_RANK`
 :data:`SOLO`, world size 1 with no process group: today's one-process trainer, unchanged. Everything here is
 PyTorch's own (``torch.distributed``); bsb adds no communication layer, only these names for what it asks of it:
 
-* :meth:`World.share`: the contiguous slice of a round's prompts a rank generates (the count must divide evenly);
+* :meth:`World.split` / :meth:`World.part`: the one rule that divides work between ranks: contiguous slices, the
+  first ``n % size`` ranks one item more (:meth:`World.share`: the same where the count must divide evenly, a round's
+  prompts);
 * :meth:`World.gather`: every rank's Python objects (trees, counts) in rank order, i.e. the global order;
 * :meth:`World.sum`: a float summed over ranks (loss and token counts for the metrics).
 
@@ -36,18 +38,26 @@ class World:
         """Rank 0: the one that writes metrics, config.yaml and the progress bar."""
         return self.rank == 0
 
-    def share(self, n: int) -> tuple[int, int]:
-        """``[start, stop)`` of this rank's contiguous share of ``n`` items (``n`` divisible by the world size)."""
-        if n % self.size:
-            raise ValueError(f"{n} items do not split evenly over {self.size} ranks")
-        per = n // self.size
-        return self.rank * per, (self.rank + 1) * per
-
     def split(self, n: int) -> tuple[int, int]:
         """``[start, stop)`` of this rank's contiguous share of ``n`` items, the first ``n % size`` ranks one more."""
         per, extra = divmod(n, self.size)
         start = self.rank * per + min(self.rank, extra)
         return start, start + per + (self.rank < extra)
+
+    def share(self, n: int) -> tuple[int, int]:
+        """:meth:`split` of ``n`` items that must divide evenly over the ranks."""
+        if n % self.size:
+            raise ValueError(f"{n} items do not split evenly over {self.size} ranks")
+        return self.split(n)
+
+    def part(self, items: list) -> list:
+        """This rank's :meth:`split` of ``items``."""
+        lo, hi = self.split(len(items))
+        return items[lo:hi]
+
+    def most(self, n: int) -> int:
+        """The most items any rank gets of ``n`` (rank 0's share)."""
+        return -(-n // self.size)
 
     def gather(self, obj) -> list:
         """``obj`` of every rank, in rank order (``[obj]`` at world size 1 without torchrun)."""
@@ -65,6 +75,15 @@ class World:
     def barrier(self) -> None:
         if self.launched:
             torch.distributed.barrier()
+
+    def main_first(self, fn):
+        """``fn()`` on rank 0 first, then on the other ranks (one writer of a cache the others then read)."""
+        if not self.main:
+            self.barrier()
+        out = fn()
+        if self.main:
+            self.barrier()
+        return out
 
 
 SOLO = World()

@@ -1,4 +1,8 @@
-"""A run folder's integrity: one trainer process at a time, and checkpoint files that are what was written.
+"""A run folder and its integrity: :class:`RunFolder` owns everything a trainer keeps in ``out_dir``.
+
+* :class:`RunFolder`: the lock, crash recovery, the checkpoint (save, read, verify, resume check, load), the metrics
+  rows and trackers, ``config.yaml``, kept weights and the final export. Every file or folder it replaces is written
+  beside its place and swapped in by :func:`swap_in`, so it is whole or absent after any crash.
 
 * :class:`RunLock`: an exclusive ``flock`` on ``out_dir/.lock`` (holding the owner's pid), taken before anything in the
   folder is read or written. A second ``bsb train`` on the same folder is one error naming the holder's pid, instead of
@@ -16,11 +20,22 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
+import random
 import re
 import shutil
+import weakref
 import zlib
 from pathlib import Path
+
+import torch
+
+from bsb.train.config import resume_changes
+from bsb.train.sharding import DCP_DIR
+from bsb.train.trackers import Trackers
+
+log = logging.getLogger(__name__)
 
 _HELD: dict[str, tuple[int, int]] = {}  # folder -> (fd, holders in this process)
 
@@ -145,3 +160,248 @@ def weights_folder(run: Path, step: int | None = None, best: bool = False) -> Pa
         if (folder / "config.json").exists():
             return folder
     raise FileNotFoundError(f"{run} holds no weights: no final/ and no non-sharded checkpoint/model")
+
+
+def swap_in(tmp: Path, dest: Path) -> None:
+    """``tmp``, a file or folder written beside ``dest``, becomes ``dest``: a file by one atomic rename; a folder by
+    renaming ``dest`` to ``dest.old``, then ``tmp`` to ``dest``, then removing the old one. A crash between the two
+    renames leaves ``dest.old`` and no ``dest`` (:func:`recover_checkpoint`, :func:`drop_weights_after` put it
+    back)."""
+    if not tmp.is_dir():
+        os.replace(tmp, dest)
+        return
+    old = dest.with_name(dest.name + ".old")
+    if dest.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(dest, old)
+    os.replace(tmp, dest)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_checkpoint(out: Path) -> str:
+    """Undo a crash inside :meth:`RunFolder.save`, which writes ``checkpoint.tmp`` (complete once its ``state.json``
+    exists: written last, renamed into place), then swaps it in (:func:`swap_in`). Between the renames there is no
+    ``checkpoint/``: the newest complete one is put back. Returns what it did ("" when there was nothing to
+    recover)."""
+    ckpt, tmp, old = out / "checkpoint", out / "checkpoint.tmp", out / "checkpoint.old"
+    if ckpt.exists():
+        return ""
+    for source in (tmp, old):  # tmp is the newer of the two
+        if (source / "state.json").exists():
+            os.replace(source, ckpt)
+            log.warning("recovered %s from %s (a run stopped while saving)", ckpt, source.name)
+            return source.name
+    return ""
+
+
+def metric_rows(path: Path) -> list[str]:
+    """The rows of a metrics file. A torn last line (a crash while it was written: no newline, not JSON) is dropped
+    with a warning; any other row that is not a JSON object with a step is an error naming the file and line."""
+    text = path.read_text()
+    lines = text.splitlines()
+    rows = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            ok = isinstance(row, dict) and isinstance(row.get("step"), int)
+        except json.JSONDecodeError:
+            ok = False
+        if not ok:
+            if n == len(lines) and not text.endswith("\n"):
+                log.warning("%s: dropped a torn last row (line %d, a run stopped while writing it)", path, n)
+                continue
+            raise ValueError(f"{path}, line {n}: not a metrics row (a JSON object with an integer step): {line[:80]!r}")
+        rows.append(line)
+    return rows
+
+
+class RunFolder:
+    """``out_dir`` of one training run, as every rank sees it: rank 0 holds the lock and writes the shared files; the
+    checkpoint's shards are written by every rank (through the policy's :class:`~bsb.train.sharding.Placement`)."""
+
+    def __init__(self, out: Path, world):
+        self.out, self.world = Path(out), world
+        self.ckpt = self.out / "checkpoint"
+        self.metrics = self.out / "metrics.jsonl"
+        self.lock, self.trackers = None, None
+        if world.main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self.lock = RunLock(self.out)  # one trainer process a folder: a second is an error naming the first's pid
+            weakref.finalize(self, self.lock.release)  # a trainer that fails to build lets the folder go
+            recover_checkpoint(self.out)  # a crash inside save() must not turn into a silent restart at step 0
+        world.barrier()
+
+    # ------------------------------------------------------------ resume
+    def resume_state(self, cfg, resume: bool) -> tuple[dict | None, dict]:
+        """The checkpoint's state to resume from (None: start at step 0) and the config changes ``resume_changes``
+        allowed (recorded in the next metrics row). Checked before any model loads: the state's shape, every file
+        against its checksum, the stored config against ``cfg``."""
+        if not (resume and (self.ckpt / "state.json").exists()):
+            return None, {}
+        state = self._read_state()
+        self._verify(state)
+        return state, self._check_resume(state, cfg)
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the checkpoint holds a DCP (sharded) model, which only the policy's placement can load."""
+        return (self.ckpt / DCP_DIR).exists()
+
+    def _read_state(self) -> dict:
+        """The checkpoint's ``state.json``: a mapping with the run's config and step counts in range, or one error
+        naming the file."""
+        where = self.ckpt / "state.json"
+        try:
+            state = json.loads(where.read_text())
+            stored, step, active = state["config"], state["step"], state.get("active_steps", 0)
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as err:
+            raise ValueError(
+                f"{where}: not a bsb checkpoint state ({err!r}); move the checkpoint away to start over"
+            ) from None
+        if not isinstance(stored, dict):
+            raise ValueError(f"{where}: holds no config; move the checkpoint away to start over")
+        for name, value in (("step", step), ("active_steps", active)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= step:
+                raise ValueError(
+                    f"{where}: {name} {value!r} is not a step count in [0, step]; the checkpoint is damaged"
+                )
+        return state
+
+    def _verify(self, state: dict) -> None:
+        """The checkpoint's files against the checksums its ``state.json`` records (each rank a share; one error on
+        every rank). A checkpoint written before checksums existed records none and loads as it is."""
+        expected = state.get("checksums")
+        if expected is None:
+            return
+        if not isinstance(expected, dict) or not all(isinstance(v, str) for v in expected.values()):
+            raise ValueError(f"{self.ckpt / 'state.json'}: its checksums are not a mapping of file: crc")
+        try:
+            verify_checksums(self.ckpt, expected, self.world.part(sorted(expected)))
+            problem = None
+        except ValueError as err:
+            problem = str(err)
+        problems = [p for p in self.world.gather(problem) if p]
+        if problems:
+            raise ValueError(problems[0])
+
+    def _check_resume(self, state: dict, cfg) -> dict:
+        """The stored config against ``cfg``: a change that alters the run's results is an error listing the fields,
+        unless ``resume_changes`` names them (then they are returned)."""
+        changed = resume_changes(state["config"], cfg)
+        refused = {k: v for k, v in changed.items() if k not in cfg.resume_changes}
+        if refused:
+            listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in refused.items())
+            raise ValueError(
+                f"{self.out} holds a different run ({listed}): use another out_dir, --no-resume to start over, or "
+                f"resume_changes=[{', '.join(refused)}] to change them on purpose"
+            )
+        return changed
+
+    # ------------------------------------------------------------ checkpoint
+    def save(self, placement, optimizer, scheduler, tokenizer, step: int, active_steps: int, cfg) -> None:
+        """Atomic: written beside the old checkpoint, then swapped in. Sharded, every rank writes its shards of the
+        model and optimizer into one DCP checkpoint and rank 0 the rest."""
+        tmp, main = self.out / "checkpoint.tmp", self.world.main
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+        self.world.barrier()
+        blob = {"scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state()}
+        blob["python_rng"] = random.getstate()
+        blob.update(placement.save(optimizer, tmp, tokenizer))
+        if main:
+            torch.save(blob, tmp / "trainer.pt")
+        self.world.barrier()  # every shard written before the checksums and rank 0's declaring it complete
+        mine = file_checksums(tmp, self.world.part(checkpoint_files(tmp)))
+        sums = {k: v for part in self.world.gather(mine) for k, v in part.items()}
+        if main:
+            # state.json last, and whole (renamed into place): a checkpoint.tmp holding it is complete
+            state = {"step": step, "active_steps": active_steps, "config": cfg.to_dict()}
+            state.update(world_size=self.world.size, checksums=sums)
+            (tmp / "state.json.part").write_text(json.dumps(state, indent=1))
+            os.replace(tmp / "state.json.part", tmp / "state.json")
+            swap_in(tmp, self.ckpt)
+        self.world.barrier()
+
+    def load(self, placement, optimizer, scheduler, state: dict) -> None:
+        """Optimizer, schedule and RNG states of the checkpoint (the model was loaded with the policy, or DCP loads it
+        here); the metrics rows and kept weights written after it belong to the discarded run and go."""
+        blob = torch.load(self.ckpt / "trainer.pt", weights_only=True, map_location="cpu")
+        placement.load(optimizer, self.ckpt, blob)  # the optimizer moves its state to the params
+        scheduler.load_state_dict(blob["scheduler"])
+        torch.set_rng_state(blob["torch_rng"])
+        random.setstate(blob["python_rng"])
+        if self.world.main:
+            if self.metrics.exists():  # rows after the checkpoint: a crash between save points
+                kept = [line for line in metric_rows(self.metrics) if json.loads(line)["step"] <= state["step"]]
+                self._write(self.metrics, "".join(line + "\n" for line in kept))
+            drop_weights_after(self.out, state["step"])
+
+    # ------------------------------------------------------------ metrics
+    def begin(self, cfg, example_prompt: str, step: int) -> None:
+        """``config.yaml`` (with the first held-out prompt as the model sees it) and the trackers; at step 0 an empty
+        ``metrics.jsonl``. Rank 0 only."""
+        if not self.world.main:
+            return
+        import yaml
+
+        example = "".join(f"#   {line}\n" for line in example_prompt.splitlines())
+        self._write(
+            self.out / "config.yaml",
+            yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+            + f"# prompt_format: {cfg.prompt_format}; the first held-out prompt as the model sees it:\n{example}",
+        )
+        self.trackers = Trackers(cfg.report_to, self.out, cfg.to_dict(), self.out.name, step if step > 0 else None)
+        if step == 0:
+            self.metrics.write_text("")
+
+    def record(self, row: dict) -> None:
+        """One metrics row, appended to ``metrics.jsonl`` and sent to the trackers (rank 0)."""
+        if not self.world.main:
+            return
+        with self.metrics.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        self.trackers.log(row)
+
+    def _write(self, path: Path, text: str) -> None:
+        part = path.with_name(path.name + ".part")
+        part.write_text(text)
+        swap_in(part, path)
+
+    # ------------------------------------------------------------ weights
+    def keep_weights(self, row: dict, placement, tokenizer, cfg) -> None:
+        """After a validation: this step's weights as ``weights/step-S`` (the newest ``keep_last`` kept; -1: all) and,
+        with ``keep_best``, as ``best/`` when its held-out accuracy beats every earlier one (``best/bsb_best.json``
+        names the step). Each folder is written beside its place and swapped in, so it is whole or absent."""
+        if cfg.keep_last != 0:
+            self.export(placement, tokenizer, self.out / "weights" / f"step-{row['step']}")
+            if self.world.main and cfg.keep_last > 0:
+                for step in sorted(weight_steps(self.out), reverse=True)[cfg.keep_last :]:
+                    shutil.rmtree(self.out / "weights" / f"step-{step}", ignore_errors=True)
+        if cfg.keep_best:
+            best = self.world.gather(best_weights(self.out) if self.world.main else None)[0]  # rank 0's record
+            if best is None or row["val_accuracy"] > best["val_accuracy"]:
+                note = {"step": row["step"], "val_accuracy": row["val_accuracy"]}
+                self.export(placement, tokenizer, self.out / "best", note)
+
+    def export(self, placement, tokenizer, path: Path, note: dict | None = None) -> None:
+        """The policy as a Hugging Face folder at ``path`` (``note`` as its ``bsb_best.json``), whole or absent."""
+        tmp = path.with_name(path.name + ".tmp")
+        if self.world.main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        placement.export(tmp, tokenizer)  # a collective when sharded: every rank takes part
+        if self.world.main:
+            if note is not None:
+                (tmp / BEST_NOTE).write_text(json.dumps(note))
+            swap_in(tmp, path)
+        self.world.barrier()
+
+    def close(self) -> None:
+        """The trackers closed and the folder's lock let go (idempotent)."""
+        if self.trackers is not None:
+            self.trackers.close()
+            self.trackers = None
+        if self.lock is not None:
+            self.lock.release()

@@ -1,5 +1,7 @@
-"""The policy sharded over a data-parallel world with PyTorch's FSDP2 (``fully_shard``), and its checkpoints with
-``torch.distributed.checkpoint`` (DCP).
+"""Where the policy's weights live, chosen once: :func:`place_policy` returns a :class:`Placement`, plain (one
+process) or :class:`Sharded` over a data-parallel world with PyTorch's FSDP2 (``fully_shard``), with checkpoints in
+``torch.distributed.checkpoint`` (DCP). The trainer and the run folder ask the placement, never the world, how to
+gather weights for the engine and the policy's own forwards, how to save, load and export.
 
 * :func:`shard_policy`: one FSDP unit per decoder layer plus the root (embeddings, final norm, LM head: a tied
   head stays with its embedding). fp32 master weights and AdamW state are sharded, ``16·P/N`` bytes a rank; on CUDA
@@ -26,7 +28,104 @@ from pathlib import Path
 
 import torch
 
+from bsb.train.distributed import SOLO, World
+
 DCP_DIR = "dcp"
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of ``t`` (``t`` itself unless it is an FSDP2 DTensor)."""
+    from torch.distributed.tensor import DTensor
+
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def whole(t: torch.Tensor) -> torch.Tensor:
+    """The whole of ``t`` gathered from every rank (a collective for an FSDP2 DTensor; ``t`` itself otherwise)."""
+    from torch.distributed.tensor import DTensor
+
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+class Placement:
+    """The policy in one process: its weights as they are. :class:`Sharded` is the FSDP2 one; both are built by
+    :func:`place_policy`, once."""
+
+    sharded = False
+
+    def __init__(self, model, world: World = SOLO):
+        self.model, self.world = model, world
+
+    def whole_weights(self, enabled: bool = True):
+        """A context in which the policy's own forwards (HF rollouts, white-box reads) see whole weights."""
+        return contextlib.nullcontext()
+
+    def engine_weights(self, dtype: torch.dtype):
+        """The weights in the engine's dtype (a bf16 engine gets half the bytes, and no per-tensor casts)."""
+        return {k: v.detach().to(dtype) for k, v in self.model.state_dict().items()}
+
+    def save(self, optimizer, folder: Path, tokenizer) -> dict:
+        """Write the model (and, sharded, the optimizer) into the checkpoint ``folder``; returns what goes into its
+        ``trainer.pt`` besides the scheduler and RNG states."""
+        self.model.save_pretrained(folder / "model")
+        tokenizer.save_pretrained(folder / "model")
+        return {"optimizer": optimizer.state_dict()}
+
+    def load(self, optimizer, folder: Path, blob: dict) -> None:
+        """The optimizer (and, from a DCP checkpoint, the model) of checkpoint ``folder``; DCP reshards to this
+        world, so a checkpoint of any world size resumes here."""
+        if (folder / DCP_DIR).exists():
+            load_sharded(self.model, optimizer, folder / DCP_DIR)
+        else:
+            self._load_full_optimizer(optimizer, blob["optimizer"])
+
+    def _load_full_optimizer(self, optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)
+
+    def export(self, path: Path, tokenizer) -> None:
+        """The policy as a Hugging Face folder (written by rank 0)."""
+        self.model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+
+
+class Sharded(Placement):
+    """The policy sharded with FSDP2 over ``world`` (:func:`shard_policy`)."""
+
+    sharded = True
+
+    def whole_weights(self, enabled: bool = True):
+        return full_params(self.model, enabled)
+
+    def engine_weights(self, dtype: torch.dtype):
+        return engine_weights(self.model, dtype)
+
+    def save(self, optimizer, folder: Path, tokenizer) -> dict:
+        save_sharded(self.model, optimizer, folder / DCP_DIR)
+        return {}
+
+    def _load_full_optimizer(self, optimizer, state: dict) -> None:
+        load_full_optimizer(self.model, optimizer, state)  # a one-process checkpoint resumed sharded
+
+    def export(self, path: Path, tokenizer) -> None:
+        weights = full_state_dict(self.model)  # a collective: every rank takes part
+        if self.world.main:
+            self.model.save_pretrained(path, state_dict=weights)
+            tokenizer.save_pretrained(path)
+        self.world.barrier()
+
+
+def place_policy(path: Path, world: World, device: torch.device, compute_dtype: torch.dtype, cfg) -> Placement:
+    """The policy of checkpoint ``path`` as fp32 master weights on ``device`` (forwards run under autocast in
+    ``compute_dtype``, :mod:`bsb.engine.device`): sharded with FSDP2 under torchrun, plain otherwise."""
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    if world.launched:  # FSDP2: per decoder layer and at the root, fp32 shards, mixed precision on CUDA
+        shard_policy(model, device, compute_dtype, cfg.fsdp_cpu_offload, cfg.gradient_checkpointing)
+        return Sharded(model, world)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return Placement(model, world)
 
 
 def decoder_layers(model) -> list[torch.nn.Module]:
@@ -104,16 +203,11 @@ def engine_weights(model, dtype: torch.dtype):
     """``(name, tensor)`` of every weight, gathered and cast one at a time (a generator: a rollout engine loads each
     before the next is gathered)."""
     for name, value in model.state_dict().items():
-        full = value.full_tensor() if hasattr(value, "full_tensor") else value
-        yield name, full.detach().to(dtype)
+        yield name, whole(value).detach().to(dtype)
 
 
 def local_bytes(model, optimizer) -> tuple[int, int]:
     """Bytes of parameters and of optimizer state this rank holds (its shards, not the logical sizes)."""
-
-    def local(t):
-        return t.to_local() if hasattr(t, "to_local") else t
-
     params = sum(local(p).numel() * local(p).element_size() for p in model.parameters())
     state = sum(
         local(v).numel() * local(v).element_size()

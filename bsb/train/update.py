@@ -19,6 +19,8 @@ from bsb.engine.device import autocast
 from bsb.train.config import TrainConfig
 from bsb.train.distributed import SOLO, World
 from bsb.train.loss import CLIP_STATS, LOSSES, response_logprobs, zero_grad_step
+from bsb.train.sharding import local, whole
+
 
 @dataclass
 class Row:
@@ -44,7 +46,7 @@ def unit_normalized_mean(
     gradients (FSDP2 DTensors) take the norm over every rank's shard."""
     out = [torch.zeros_like(g) for g in grads[0]]
     for g in grads:
-        norm = math.sqrt(world.sum(sum((_local(x).double() ** 2).sum().item() for x in g)))
+        norm = math.sqrt(world.sum(sum((local(x).double() ** 2).sum().item() for x in g)))
         if norm > 0:
             for acc, x in zip(out, g):
                 acc.add_(x / norm)
@@ -66,7 +68,7 @@ def update_policy(
     Forwards run under autocast in ``compute_dtype`` (fp32 master weights and optimizer state).
 
     Data parallel (``world``): every rank holds the same ``rows`` (the step's gathered trees) and the same schedule of
-    mini-batches; each back-propagates its share of a mini-batch's rows (:func:`_share`) with the mini-batch's global
+    mini-batches; each back-propagates its share of a mini-batch's rows (``World.part``) with the mini-batch's global
     token and sequence counts as the loss normalisers, and FSDP2 reduces the gradients, so N ranks take the step one
     process would on the same rows. A rank with fewer rows runs empty micro-batches (:func:`_backward`): FSDP's
     forwards are collectives, every rank issues the same number."""
@@ -88,9 +90,19 @@ def update_policy(
         policy.eval()
 
 
-def _share(todo: list[int], world: World) -> tuple[list[int], int]:
-    """This rank's rows of ``todo`` (every ``size``-th, from its rank on) and the most any rank has."""
-    return todo[world.rank :: world.size], -(-len(todo) // world.size)
+def _micro_batches(mine: list[int], most: int, size: int):
+    """``mine`` in micro-batches of ``size``, padded with empty ones up to the busiest rank's count (``most`` rows):
+    FSDP's forwards are collectives, so every rank issues the same number."""
+    for i0 in range(0, most, size):
+        yield mine[i0 : i0 + size]
+
+
+def _logprobs(policy, rows: list[Row], chunk: list[int], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, R) log-probs and mask of rows ``chunk``; an empty chunk forwards one pad token (the same collectives as
+    the others; its log-prob is weighted 0)."""
+    if not chunk:
+        return response_logprobs(policy, [[pad]], [[pad]], pad)
+    return response_logprobs(policy, [rows[i].prompt for i in chunk], [rows[i].response for i in chunk], pad)
 
 
 def _backward(
@@ -107,18 +119,13 @@ def _backward(
     """Loss backward over this rank's share of rows ``todo`` in micro-batches; returns the loss summed over every
     rank and (clipped tokens, tokens) summed over every rank. The loss is scaled by the world size: FSDP2 averages
     gradients over ranks, the normalisers are already global."""
-    mine, most = _share(todo, world)
     total, tokens = 0.0, 0.0
     clipped = dict.fromkeys(CLIP_STATS, 0.0)  # tokens of each clip statistic
-    for i0 in range(0, most, cfg.micro_batch):
-        chunk = mine[i0 : i0 + cfg.micro_batch]
-        if not chunk:  # an empty micro-batch: the same collectives as the others, no gradient
-            logp, _ = response_logprobs(policy, [[pad]], [[pad]], pad)
+    for chunk in _micro_batches(world.part(todo), world.most(len(todo)), cfg.micro_batch):
+        logp, mask = _logprobs(policy, rows, chunk, pad)  # (B, R)
+        if not chunk:  # an empty micro-batch: no gradient
             (logp.sum() * 0.0).backward()
             continue
-        logp, mask = response_logprobs(
-            policy, [rows[i].prompt for i in chunk], [rows[i].response for i in chunk], pad
-        )  # (B, R)
         adv = torch.zeros_like(logp)
         old_lp = torch.zeros_like(logp)
         for j, i in enumerate(chunk):
@@ -139,7 +146,7 @@ def _backward(
             clip_ratio_c=cfg.clip_ratio_c,
             agg=cfg.loss_agg,
         )
-        (loss * world.size if world.launched else loss).backward()
+        (loss * world.size).backward()
         total += loss.item()
         n = float(mask.sum().item())
         tokens += n
@@ -151,28 +158,20 @@ def _backward(
 def _old_logprobs(policy, rows: list[Row], plan: list[list[int]], cfg: TrainConfig, pad: int, world: World) -> dict:
     """The rollout policy's log-probs of the rows this rank back-propagates in ``plan`` (its share of each
     mini-batch), before the first step moves it; every rank runs as many forwards as the busiest."""
-    shares = [[i for todo in plan for i in todo[r :: world.size]] for r in range(world.size)]
-    mine, most = shares[world.rank], max(map(len, shares))
+    mine = [i for todo in plan for i in world.part(todo)]
+    most = sum(world.most(len(todo)) for todo in plan)  # rank 0's count: the first ranks take the odd rows
     old: dict[int, torch.Tensor] = {}
     with torch.no_grad():
-        for i0 in range(0, most, cfg.micro_batch):
-            chunk = mine[i0 : i0 + cfg.micro_batch]
-            if not chunk:
-                response_logprobs(policy, [[pad]], [[pad]], pad)
-                continue
-            lp, _ = response_logprobs(policy, [rows[i].prompt for i in chunk], [rows[i].response for i in chunk], pad)
+        for chunk in _micro_batches(mine, most, cfg.micro_batch):
+            lp, _ = _logprobs(policy, rows, chunk, pad)
             for j, i in enumerate(chunk):
                 old[i] = lp[j, : len(rows[i].response)]
     return old
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
 def _step(policy, opt, sched, cfg: TrainConfig) -> float:
     norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
-    norm = (norm.full_tensor() if hasattr(norm, "full_tensor") else norm).item()  # sharded: the global norm
+    norm = whole(norm).item()  # sharded: the global norm
     opt.step()
     sched.step()
     return norm

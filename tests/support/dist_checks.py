@@ -20,8 +20,8 @@ import transformers
 from bsb.engine.hf_backend import HFBackend
 from bsb.train.config import TrainConfig
 from bsb.train.distributed import World
-from bsb.train.update import Row, update_policy
 from bsb.train.sharding import full_params, full_state_dict, shard_policy
+from bsb.train.update import Row, update_policy
 
 
 def tiny():

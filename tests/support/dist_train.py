@@ -28,7 +28,7 @@ def main(path: str) -> None:
         trainer = Trainer(TrainConfig.from_dict(case["config"]), resume=False)
         world = trainer.world
         if world.size > 1 and trainer.backend is not trainer.hf:  # its own vLLM engine (one per rank)
-            assert trainer.syncs
+            assert trainer.separate_engine
         mine: list[int] = []
         trainer.backend.generate = counting(trainer.backend.generate, mine)
         trainer.run()
