@@ -42,7 +42,7 @@ def test_the_sweeps_t_interval_uses_the_exact_quantile(n, t):
 
     import numpy as np
 
-    from bsb.commands.sweep import half_width
+    from bsb.eval.sweep_summary import half_width
 
     xs = np.arange(n, dtype=float)
     assert half_width(xs) == pytest.approx(t * xs.std(ddof=1) / math.sqrt(n), rel=2e-4)  # t_{0.975, n-1}, tabled

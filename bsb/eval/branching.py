@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from bsb.engine.selectors import MARGIN_WINDOW
+from bsb.engine.probe import MARGIN_WINDOW
 
 RULES = ("min_margin", "first_gap")
 

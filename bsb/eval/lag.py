@@ -18,21 +18,18 @@ import numpy as np
 LAGS = (-2, -1, 0, 1, 2)
 
 
-def value_jumps(v_star: Sequence[float]) -> list[float]:
-    """``|V*(t_{j+1}) − V*(t_j)|`` for each boundary j but the last."""
-    return [abs(float(b) - float(a)) for a, b in zip(v_star[:-1], v_star[1:])]
-
-
-def belief_changes(belief: Sequence[float]) -> list[float]:
-    """The probe belief's move across the step after boundary j, ``|b_{j+1} − b_j|``, as a score (the last is NaN)."""
-    return [abs(float(b) - float(a)) for a, b in zip(belief[:-1], belief[1:])] + [math.nan]
+def jumps(values: Sequence[float], *, score: bool = False) -> list[float]:
+    """``|x_{j+1} − x_j|``, the move across the step after boundary j: V*'s jumps, or the probe belief's changes.
+    ``score``: one per boundary, as a score is (the last boundary, with no step after it, is NaN)."""
+    moves = [abs(float(b) - float(a)) for a, b in zip(values[:-1], values[1:])]
+    return moves + [math.nan] if score else moves
 
 
 def _pairs(chains: Sequence[tuple[Sequence[float | None], Sequence[float]]], lag: int) -> list[np.ndarray]:
     """Per chain, the (score at j + lag, jump at j) pairs with both finite: (n, 2) arrays."""
     out = []
     for scores, v_star in chains:
-        d = value_jumps(v_star)
+        d = jumps(v_star)
         rows = []
         for j, jump in enumerate(d):
             k = j + lag

@@ -1,7 +1,8 @@
 """The offline commands' shared session (validate, evaluate, demo): what they are given (:class:`OfflineConfig`: the
-model, the task and its problems, the prompt format, the device and dtype, an optional LLM judge for the
-``llm_judge`` baseline) and what they open from it (:func:`open_session`: task, tokenizer, model, HF backend, newline
-mask and the rendered problems), written once."""
+probe options of :class:`~bsb.engine.probe.ProbeConfig`, the model, the task and its problems, the prompt format, the
+device and dtype, an optional LLM judge for the ``llm_judge`` baseline) and what they open from it
+(:func:`open_session`: task, tokenizer, model, HF backend, newline mask and the rendered problems, the probe options
+checked against the model as ``bsb train`` checks them), written once."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bsb.engine.probe import ProbeConfig, answer_ids, check_against_model, resolve
+from bsb.fields import check_values
 from bsb.fields import help_field as _f
 from bsb.tasks.prompting import PROMPT_FORMATS, check_prompt_options
 
@@ -17,7 +20,11 @@ JUDGE = ("judge_url", "judge_model", "judge_endpoint", "judge_key_env", "judge_t
 
 
 @dataclass
-class OfflineConfig:
+class OfflineConfig(ProbeConfig):
+    """What every offline command is given: the probe and candidate options of
+    :class:`~bsb.engine.probe.ProbeConfig` (inherited, flat: ``--top-k``, ``--lens-layers``, ...) and the fields
+    below. Invalid values are one ``ValueError``, before anything loads."""
+
     model: str = _f(
         "embedded", "a local Hugging Face model directory (default: the task's embedded tiny model)", positional=True
     )
@@ -50,13 +57,15 @@ class OfflineConfig:
     judge_timeout_s: float = _f(60.0, "seconds a judge request may take")
 
     def __post_init__(self):
+        check_values(self)  # every field's facts, a subclass's too
+        problems = self.probe_problems()
+        if problems:
+            raise ValueError(f"invalid config: {'; '.join(problems)}")
         if self.judge_url is not None and not self.judge_model:
             raise ValueError(
                 "--judge-url needs --judge-model (the model name at that endpoint, or a local checkpoint with "
                 "--judge-url local)"
             )
-        if self.judge_endpoint not in ("chat", "completions"):
-            raise ValueError(f"judge endpoint must be chat or completions, got {self.judge_endpoint!r}")
         check_prompt_options(self.prompt_format, self.system_prompt, self.chat_template_kwargs)
 
 
@@ -73,22 +82,19 @@ class Session:
     eos: int | None
     problems: list = field(default_factory=list)
     prompts: list[list[int]] = field(default_factory=list)  # each problem rendered and encoded
+    probe: ProbeConfig = field(default_factory=ProbeConfig)  # the command's probe options, checked against the model
 
     def decode(self, ids) -> str:
         return self.tok.decode(ids, skip_special_tokens=True)
 
     def answer_ids(self, text: str) -> list[int] | None:
         """The committed answer of a decoded response as token ids (Lens-Shift's teacher-forced answer), or None."""
-        from bsb.engine.probe import answer_ids
-
         return answer_ids(self.task, self.tok, text)
 
-    def selector_config(self, probe=None, **extra):
-        """The :class:`~bsb.engine.selectors.SelectorConfig` of ``probe`` (a ProbeConfig; default: the paper's
+    def selector_config(self, probe: ProbeConfig | None = None, **extra):
+        """The :class:`~bsb.engine.probe.SelectorConfig` of ``probe`` (default: the session's, the command's own
         options) on this session's task and tokenizer; ``extra``: seed, bsv_path, judge, decode."""
-        from bsb.engine.probe import ProbeConfig, resolve
-
-        return resolve(probe if probe is not None else ProbeConfig(), self.task, self.tok, **extra)
+        return resolve(probe if probe is not None else self.probe, self.task, self.tok, **extra)
 
     def gold_ids(self, problem) -> list[int]:
         """The gold answer as it follows the elicitation suffix, as token ids (the figures' belief in the gold
@@ -105,10 +111,10 @@ def open_session(
     task=None,
 ) -> Session:
     """The task (``task`` when given, else ``cfg.task`` with ``task_options``, default ``cfg.task_options``), the
-    checkpoint (``path``, else
-    ``cfg.model`` resolved against the task), its tokenizer and model on ``cfg.device`` / ``cfg.dtype``, the HF
-    backend, the newline mask, and ``n_problems`` of the task's sample for ``seed`` rendered in
-    ``cfg.prompt_format``."""
+    checkpoint (``path``, else ``cfg.model`` resolved against the task), its tokenizer and model on ``cfg.device`` /
+    ``cfg.dtype``, the HF backend, the newline mask, and ``n_problems`` of the task's sample for ``seed`` rendered in
+    ``cfg.prompt_format``. ``cfg``'s ``top_k`` and ``lens_layers`` are checked against the model as soon as it is
+    loaded (one ``ValueError`` before any problem is drawn)."""
     import transformers
 
     from bsb.embedded.model import resolve_model
@@ -124,12 +130,12 @@ def open_session(
     tok = transformers.AutoTokenizer.from_pretrained(path)
     model = load_for_inference(path, cfg.device, cfg.dtype)
     hf = HFBackend(model, tok)
+    check_against_model(cfg, hf.vocab_size, model.config.num_hidden_layers)
     problems = task.sample(n_problems, seed)
     style = (cfg.prompt_format, "{prompt}", cfg.system_prompt, cfg.chat_template_kwargs)
     prompts = [tok.encode(render_prompt(task, p, tok, *style), add_special_tokens=False) for p in problems]
-    return Session(
-        task, path, tok, model, hf, newline_token_mask(tok, hf.vocab_size), tok.eos_token_id, problems, prompts
-    )
+    newline = newline_token_mask(tok, hf.vocab_size)
+    return Session(task, path, tok, model, hf, newline, tok.eos_token_id, problems, prompts, cfg)
 
 
 def jsonable(value):

@@ -137,7 +137,8 @@ def answer_belief(
 
     if not answer:
         raise ValueError("answer_belief needs the answer's token ids")
-    reads = backend.reads(list(prompt) + list(response), [len(prompt) + t for t in cuts], list(suffix), list(answer))
+    prefix, at = list(prompt) + list(response), [len(prompt) + t for t in cuts]
+    reads = backend.packed_reads(prefix, at, list(suffix), list(answer))
     lp = torch.log_softmax(reads.answer_logits.float(), -1)  # (C, n, V)
     ids = torch.as_tensor(list(answer), device=lp.device).expand(lp.shape[0], -1)  # (C, n)
     return lp.gather(-1, ids[..., None]).squeeze(-1).sum(-1).exp().tolist()

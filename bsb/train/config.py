@@ -13,10 +13,13 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
+from bsb.engine.backend import BACKEND_NAMES
+from bsb.engine.boundaries import MIN_FORK_TOKENS
 from bsb.engine.device import check_device_name, check_dtype_name
 from bsb.engine.probe import ProbeConfig
+from bsb.engine.reader import PROBE_READERS
 from bsb.engine.selectors import SELECTORS
-from bsb.fields import check_values
+from bsb.fields import check_values, named
 from bsb.fields import help_field as _f
 from bsb.registry import import_plugins
 from bsb.tasks.prompting import check_prompt_options
@@ -24,32 +27,6 @@ from bsb.train.advantages import ADVANTAGES, GRPO_STDS
 from bsb.train.loss import LOSS_AGGS, LOSSES
 from bsb.train.samplers import EARLY_EOS_RULES
 from bsb.train.trackers import tracker_problems
-
-ROLLOUTS = ("tree", "two_stage", "flat")
-# upper bounds on counts where a typo would allocate without end or run for days before failing
-SIZE_LIMITS = {
-    "chains": 4096,
-    "siblings": 4096,
-    "gen_prompts": 1_000_000,
-    "prompts_per_step": 1_000_000,
-    "val_problems": 1_000_000,
-    "val_samples": 4096,
-    "max_gen_rounds": 1000,
-    "max_refills": 1000,
-    "minibatches": 65536,
-    "micro_batch": 65536,
-    "grad_accum_questions": 1_000_000,
-    "max_prompt_len": 10_000_000,
-    "max_response_len": 10_000_000,
-    "steps": 1_000_000_000,
-    "max_candidates": 65536,
-    "top_k": 1_000_000,
-    "read_len": 65536,
-}
-HOMOGENEOUS = ("zero_grad_step", "skip_step", "backward")
-BACKENDS = ("auto", "vllm", "hf")
-PROBE_READERS = ("auto", "engine", "policy")
-KEEP_BY = ("accuracy", "reward")
 
 
 @dataclass
@@ -80,24 +57,44 @@ class TrainConfig(ProbeConfig):
         "plain",
         "plain (base models: the prompt text) | chat (the tokenizer's chat template; verl rows keep "
         "their messages); config.yaml records a rendered example",
+        evaluation=True,
     )
-    prompt_template: str = _f("{prompt}", "how the task's prompt text becomes the model's input ({prompt} is replaced)")
-    system_prompt: str | None = _f(None, "a system turn before each prompt (prompt_format=chat)")
+    prompt_template: str = _f(
+        "{prompt}", "how the task's prompt text becomes the model's input ({prompt} is replaced)", evaluation=True
+    )
+    system_prompt: str | None = _f(None, "a system turn before each prompt (prompt_format=chat)", evaluation=True)
     chat_template_kwargs: dict = _f(
-        {}, "variables the chat template reads, e.g. {enable_thinking: false} for Qwen3 (prompt_format=chat)"
+        {},
+        "variables the chat template reads, e.g. {enable_thinking: false} for Qwen3 (prompt_format=chat)",
+        evaluation=True,
     )
-    val_problems: int = _f(128, "held-out problems used for validation (the first N of the task's held-out set)")
-    val_temperature: float = _f(1.0, "validation decoding temperature (the paper: 1.0 with top-p 0.95); 0: greedy")
-    val_top_p: float = _f(0.95, "validation nucleus")
-    val_samples: int = _f(4, "draws per held-out problem (1 when greedy)")
+    val_problems: int = _f(
+        128,
+        "held-out problems used for validation (the first N of the task's held-out set)",
+        ge=1,
+        size_limit=1_000_000,
+        evaluation=True,
+    )
+    val_temperature: float = _f(
+        1.0, "validation decoding temperature (the paper: 1.0 with top-p 0.95); 0: greedy", ge=0, evaluation=True
+    )
+    val_top_p: float = _f(0.95, "validation nucleus", gt=0, le=1, evaluation=True)
+    val_samples: int = _f(4, "draws per held-out problem (1 when greedy)", ge=1, size_limit=4096, evaluation=True)
     # --- rollout
-    rollout: str = _f("tree", "tree ([Fork]) | two_stage ([TwoStage] §4.2) | flat (GRPO groups)")
-    chains: int = _f(4, "M root chains per prompt (tree); K roots (two_stage); group size M(1+k) for flat")
-    siblings: int = _f(2, "k continuations per fork (tree); B branches per root (two_stage)")
+    rollout: str = _f(
+        "tree",
+        "tree ([Fork]) | two_stage ([TwoStage] §4.2) | flat (GRPO groups)",
+        choices=("tree", "two_stage", "flat"),
+    )
+    chains: int = _f(
+        4, "M root chains per prompt (tree); K roots (two_stage); group size M(1+k) for flat", ge=1, size_limit=4096
+    )
+    siblings: int = _f(2, "k continuations per fork (tree); B branches per root (two_stage)", ge=1, size_limit=4096)
     bifurcate_after_active: int = _f(
         0,
         "[TwoStage]'s flat warm-up: flat groups until this many active steps have passed, then "
         "the tree / two-stage rollout (3 in the paper); 0: bifurcate from the start",
+        ge=0,
     )
     selector: str = _f(
         "probe_js",
@@ -105,14 +102,18 @@ class TrainConfig(ProbeConfig):
         + ", ".join(n for n, c in SELECTORS.items() if c.trainable)
         + ", or package.module:Class",
     )
-    max_refills: int = _f(2, "refill rounds for chains that cannot fork")
+    max_refills: int = _f(2, "refill rounds for chains that cannot fork", size_limit=1000)
     two_stage_t_min: int = _f(96, "T_min of the causal newline stop (two_stage)")
     two_stage_t_max: int = _f(160, "T_max, the stage-1 length and latest stop (two_stage)")
-    early_eos: str = _f("terminal_dup", "two_stage early-EOS rule: terminal_dup | root_resample | midpoint_fallback")
-    max_prompt_len: int = _f(256, "prompts longer than this many tokens are an error")
-    max_response_len: int = _f(256, "response token cap")
-    temperature: float = _f(1.0, "rollout sampling temperature")
-    top_p: float = _f(1.0, "rollout nucleus")
+    early_eos: str = _f(
+        "terminal_dup",
+        "two_stage early-EOS rule: terminal_dup | root_resample | midpoint_fallback",
+        choices=EARLY_EOS_RULES,
+    )
+    max_prompt_len: int = _f(256, "prompts longer than this many tokens are an error", size_limit=10_000_000)
+    max_response_len: int = _f(256, "response token cap", size_limit=10_000_000, evaluation=True)
+    temperature: float = _f(1.0, "rollout sampling temperature", gt=0)
+    top_p: float = _f(1.0, "rollout nucleus", gt=0, le=1)
     # --- reward and keeping
     overlong_buffer: int = _f(16, "DAPO soft overlong buffer in tokens; 0: off")
     overlong_factor: float = _f(1.0, "DAPO overlong penalty factor")
@@ -121,6 +122,7 @@ class TrainConfig(ProbeConfig):
         "accuracy",
         "what must differ for dynamic sampling to keep a group: accuracy ([Fork] App. A, DAPO's "
         "metric) | reward (then leaves that differ only by the overlong penalty count)",
+        choices=("accuracy", "reward"),
     )
     # --- advantages and loss
     advantage: str = _f(
@@ -128,7 +130,9 @@ class TrainConfig(ProbeConfig):
         "treerl (Eq. 7) | treerl_released (TreeRL's released code, not Eq. 7) | grpo | prefix_credit ([TwoStage] §4.3)",
     )
     grpo_std: str = _f(
-        "population", "σ_R of grpo and prefix_credit: population | sample (Bessel-corrected, as verl's and TRL's GRPO)"
+        "population",
+        "σ_R of grpo and prefix_credit: population | sample (Bessel-corrected, as verl's and TRL's GRPO)",
+        choices=GRPO_STDS,
     )
     subsegments: bool = _f(False, "TreeRL: subdivide segment advantages width-proportionally at line breaks")
     prefix_beta: float = _f(0.0, "prefix_credit: max-backup bonus β (0.25 in [TwoStage]'s bonus arms)")
@@ -144,44 +148,62 @@ class TrainConfig(ProbeConfig):
         "token-mean",
         "composite loss aggregation (verl's loss_agg_mode): token-mean (the paper) | seq-mean-token-mean "
         "(standard GRPO) | seq-mean-token-sum",
+        choices=LOSS_AGGS,
     )
-    clip_low: float = _f(0.2, "PPO clip ε_low")
-    clip_high: float = _f(0.28, "PPO clip ε_high (clip-higher; 0.2 = symmetric, standard GRPO)")
+    clip_low: float = _f(0.2, "PPO clip ε_low", ge=0, lt=1)
+    clip_high: float = _f(0.28, "PPO clip ε_high (clip-higher; 0.2 = symmetric, standard GRPO)", ge=0)
     clip_ratio_c: float | None = _f(
-        3.0, "dual clip: a negative-advantage token's loss capped at ratio c (verl's clip_ratio_c, > 1); null: off"
+        3.0,
+        "dual clip: a negative-advantage token's loss capped at ratio c (verl's clip_ratio_c, > 1); null: off",
+        gt=1,
     )
     # --- batching and optimisation
-    steps: int = _f(40, "training steps (rollout batches)")
-    prompts_per_step: int = _f(8, "P_train groups trained per step")
-    gen_prompts: int = _f(16, "P_gen prompts generated per round (dynamic sampling keeps the informative groups)")
-    max_gen_rounds: int = _f(2, "generation rounds per step to fill P_train groups")
+    steps: int = _f(40, "training steps (rollout batches)", ge=1, size_limit=1_000_000_000, resume_safe=True)
+    prompts_per_step: int = _f(8, "P_train groups trained per step", ge=1, size_limit=1_000_000)
+    gen_prompts: int = _f(
+        16,
+        "P_gen prompts generated per round (dynamic sampling keeps the informative groups)",
+        size_limit=1_000_000,
+    )
+    max_gen_rounds: int = _f(2, "generation rounds per step to fill P_train groups", ge=1, size_limit=1000)
     fill_batch: bool = _f(
         False,
         "verl's DAPO trainer: rounds until P_train groups are kept, an error after max_gen_rounds; false: train on "
         "what max_gen_rounds kept",
     )
     homogeneous: str = _f(
-        "zero_grad_step", "a mini-batch with no non-zero advantage: zero_grad_step | skip_step | backward"
+        "zero_grad_step",
+        "a mini-batch with no non-zero advantage: zero_grad_step | skip_step | backward",
+        choices=("zero_grad_step", "skip_step", "backward"),
     )
-    minibatches: int = _f(1, "optimizer steps per rollout batch (PPO ratios move from 1 after the first)")
-    micro_batch: int = _f(16, "rows per forward/backward (gradient accumulation; does not change the loss)")
+    minibatches: int = _f(
+        1, "optimizer steps per rollout batch (PPO ratios move from 1 after the first)", ge=1, size_limit=65536
+    )
+    micro_batch: int = _f(
+        16, "rows per forward/backward (gradient accumulation; does not change the loss)", ge=1, size_limit=65536
+    )
     unit_question_grad: bool = _f(
         False, "[TwoStage] Arm 11: each question's gradient scaled to unit norm before accumulation"
     )
-    grad_accum_questions: int = _f(1, "questions per optimizer step when unit_question_grad (4 in Arm 11)")
+    grad_accum_questions: int = _f(
+        1, "questions per optimizer step when unit_question_grad (4 in Arm 11)", ge=1, size_limit=1_000_000
+    )
     lr: float = _f(
-        2e-4, "learning rate (2e-4 for the embedded default; 1e-3 collapses it; the paper uses 1e-6 on 4-9B models)"
+        2e-4,
+        "learning rate (2e-4 for the embedded default; 1e-3 collapses it; the paper uses 1e-6 on 4-9B models)",
+        gt=0,
     )
     weight_decay: float = _f(0.1, "AdamW weight decay")
     warmup_steps: int = _f(2, "linear learning-rate warm-up in optimizer steps")
-    grad_clip: float = _f(1.0, "gradient norm clip")
+    grad_clip: float = _f(1.0, "gradient norm clip", gt=0)
     # --- run
-    backend: str = _f("auto", "rollout engine: auto (vLLM when installed) | vllm | hf")
+    backend: str = _f("auto", "rollout engine: auto (vLLM when installed) | vllm | hf", choices=BACKEND_NAMES)
     probe_reader: str = _f(
         "auto",
         "who serves the selector's reads: engine (the rollout engine) | policy (the trainer's HF policy: packed "
         "forwards grouped over a round's chains) | auto (policy beside a CPU vLLM engine, whose per-request cost "
         "dominates short reads; the engine on CUDA)",
+        choices=PROBE_READERS,
     )
     device: str = _f("auto", "auto (CUDA when present, else CPU) | cpu | cuda | cuda:N")
     dtype: str = _f(
@@ -190,47 +212,70 @@ class TrainConfig(ProbeConfig):
         "master weights and AdamW state and runs forwards under autocast",
     )
     vllm_gpu_memory_utilization: float = _f(
-        0.5, "GPU memory share of the colocated vLLM engine (the paper: 0.5 with a scorer); the rest is the trainer's"
+        0.5,
+        "GPU memory share of the colocated vLLM engine (the paper: 0.5 with a scorer); the rest is the trainer's",
+        gt=0,
+        lt=1,
     )
     vllm_sleep: bool = _f(
         True, "put the vLLM engine to sleep (weights offloaded, KV cache freed) during the update, on CUDA"
     )
+    # resume_safe here: how the same numbers are computed (memory for compute, where shards live, how long a
+    # collective may wait)
     gradient_checkpointing: bool = _f(
-        False, "recompute each decoder layer's activations in the backward (less memory, about a third more compute)"
+        False,
+        "recompute each decoder layer's activations in the backward (less memory, about a third more compute)",
+        resume_safe=True,
     )
     fsdp_cpu_offload: bool = _f(
-        False, "under torchrun: keep the FSDP2 parameter shards and their AdamW state in host memory"
+        False, "under torchrun: keep the FSDP2 parameter shards and their AdamW state in host memory", resume_safe=True
     )
     dist_timeout_s: int = _f(
-        600, "under torchrun: a collective that waits longer than this ends every rank (a hung or lost rank)"
+        600,
+        "under torchrun: a collective that waits longer than this ends every rank (a hung or lost rank)",
+        ge=1,
+        resume_safe=True,
     )
     seed: int = _f(0, "the run's seed; every sampling stream derives from (seed, step, round, phase)")
     out_dir: str = _f(
         "",
         "metrics.jsonl, config.yaml, checkpoints and the final model go here; empty: runs/TASK-SELECTOR-seedSEED-HASH, "
         "named by the run's config (the same command resumes it, a different one never meets it)",
+        resume_safe=True,
+        run_only=True,
     )
-    val_every: int = _f(10, "validate every N steps (and at the start and the end); 0: only start and end")
-    save_every: int = _f(10, "checkpoint every N steps; 0: only at the end")
+    val_every: int = _f(
+        10, "validate every N steps (and at the start and the end); 0: only start and end", ge=0, resume_safe=True
+    )
+    save_every: int = _f(10, "checkpoint every N steps; 0: only at the end", ge=0, resume_safe=True, run_only=True)
     keep_last: int = _f(
-        0, "weights of the last N validation steps kept as out_dir/weights/step-S (HF format); -1: every one; 0: none"
+        0,
+        "weights of the last N validation steps kept as out_dir/weights/step-S (HF format); -1: every one; 0: none",
+        ge=-1,
+        resume_safe=True,
     )
-    keep_best: bool = _f(False, "keep the weights of the best held-out accuracy so far in out_dir/best (ties: earlier)")
+    keep_best: bool = _f(
+        False, "keep the weights of the best held-out accuracy so far in out_dir/best (ties: earlier)", resume_safe=True
+    )
     report_to: list = _f(
         ["jsonl"],
         "trackers beside metrics.jsonl (always written): tensorboard | wandb (WANDB_MODE=offline: no account)",
+        resume_safe=True,
     )
-    wandb_project: str = _f("bsb", "the W&B project of report_to wandb")
-    progress: bool = _f(True, "progress bars")
+    wandb_project: str = _f("bsb", "the W&B project of report_to wandb", resume_safe=True)
+    progress: bool = _f(True, "progress bars", resume_safe=True, run_only=True)
     vllm_kv_cache_gib: int = _f(1, "KV cache of the CPU vLLM engine, GiB")
     resume_changes: list = _f(
         [],
         "fields allowed to differ from the checkpoint's config when resuming, e.g. [lr]: changed "
         "on purpose and recorded in the next metrics row (steps, progress, val_every, "
         "save_every may always change)",
+        resume_safe=True,
     )
 
     def __post_init__(self):
+        """The facts of each field (:func:`bsb.fields.check_values`), the registries' names and the rules across
+        fields; one ``ValueError`` (``invalid config: ...``) for the first that fails."""
         self.task_options = dict(self.task_options or {})
         self.margin_window = list(self.margin_window)
         if isinstance(self.report_to, str):  # --set report_to=wandb or report_to=tensorboard,wandb
@@ -240,123 +285,46 @@ class TrainConfig(ProbeConfig):
         self.plugins = list(self.plugins or [])
         try:
             import_plugins(self.plugins)  # first: they register names the checks below look up
-        except ValueError as err:
-            raise ValueError(f"invalid config: {err}") from None
-        selector, unknown_selector = _lookup(SELECTORS, self.selector)
-        prompt_problem = _prompt_problem(self)
-        checks = [
-            (
-                isinstance(self.task, str) and bool(self.task),
-                "task must name a task (walk, arith, code, math, or package.module:Class)",
-            ),
-            (self.rollout in ROLLOUTS, f"rollout must be one of {', '.join(ROLLOUTS)}, got {self.rollout!r}"),
-            (not unknown_selector, unknown_selector),
-            (
-                selector is None or selector.trainable,
-                f"the {self.selector} selector cannot choose RL forks: {getattr(selector, 'untrainable', '')}",
-            ),
-            *((not why, why) for why in (_lookup(ADVANTAGES, self.advantage)[1], _lookup(LOSSES, self.loss)[1])),
-            (self.loss_agg in LOSS_AGGS, f"loss_agg must be one of {', '.join(LOSS_AGGS)}, got {self.loss_agg!r}"),
-            (
-                self.homogeneous in HOMOGENEOUS,
-                f"homogeneous must be one of {', '.join(HOMOGENEOUS)}, got {self.homogeneous!r}",
-            ),
-            (self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}"),
-            (
-                self.probe_reader in PROBE_READERS,
-                f"probe_reader must be one of {', '.join(PROBE_READERS)}, got {self.probe_reader!r}",
-            ),
-            (
-                0 < self.vllm_gpu_memory_utilization < 1,
-                f"vllm_gpu_memory_utilization must be in (0, 1), got {self.vllm_gpu_memory_utilization}",
-            ),
-            (not prompt_problem, prompt_problem),
-            (self.keep_by in KEEP_BY, f"keep_by must be one of {', '.join(KEEP_BY)}, got {self.keep_by!r}"),
-            (
-                self.early_eos in EARLY_EOS_RULES,
-                f"early_eos must be one of {', '.join(EARLY_EOS_RULES)}, got {self.early_eos!r}",
-            ),
-            (self.chains >= 1, f"chains (M) must be >= 1, got {self.chains}"),
-            (self.siblings >= 1, f"siblings (k) must be >= 1, got {self.siblings}"),
-            (
-                self.bifurcate_after_active >= 0,
-                f"bifurcate_after_active must be >= 0, got {self.bifurcate_after_active}",
-            ),
-            (self.steps >= 1 and self.prompts_per_step >= 1, "steps and prompts_per_step must be >= 1"),
-            (
-                self.gen_prompts >= self.prompts_per_step,
-                f"gen_prompts ({self.gen_prompts}) must be >= prompts_per_step ({self.prompts_per_step})",
-            ),
-            (
-                self.max_gen_rounds >= 1 and self.minibatches >= 1 and self.micro_batch >= 1,
-                "max_gen_rounds, minibatches and micro_batch must be >= 1",
-            ),
-            (self.grad_accum_questions >= 1, f"grad_accum_questions must be >= 1, got {self.grad_accum_questions}"),
-            (
-                not self.unit_question_grad or self.minibatches == 1,
-                "unit_question_grad sets its own optimizer steps: keep minibatches=1",
-            ),
-            (
-                not self.clamped_prefix or self.advantage == "prefix_credit",
-                "clamped_prefix modifies prefix_credit: set advantage=prefix_credit",
-            ),
-            *((False, problem) for problem in self.probe_problems()),
-            (
-                self.temperature > 0 and 0 < self.top_p <= 1,
-                "rollouts sample: temperature must be > 0 and top_p in (0, 1]",
-            ),
-            (self.lr > 0 and self.grad_clip > 0, "lr and grad_clip must be > 0"),
-            (0 <= self.clip_low < 1 and self.clip_high >= 0, "clip_low must be in [0, 1) and clip_high >= 0"),
-            (self.grpo_std in GRPO_STDS, f"grpo_std must be one of {', '.join(GRPO_STDS)}, got {self.grpo_std!r}"),
-            (
-                self.clip_ratio_c is None or self.clip_ratio_c > 1,
-                f"clip_ratio_c must be > 1 (verl's dual clip) or null (off), got {self.clip_ratio_c}",
-            ),
-            (
-                self.val_every >= 0 and self.save_every >= 0 and self.val_problems >= 1,
-                "val_every and save_every must be >= 0, val_problems >= 1",
-            ),
-            *((False, problem) for problem in tracker_problems(self.report_to)),
-            (self.keep_last >= -1, f"keep_last must be >= -1 (-1: every validation step), got {self.keep_last}"),
-            (
-                self.val_temperature >= 0 and 0 < self.val_top_p <= 1 and self.val_samples >= 1,
-                "val_temperature must be >= 0, val_top_p in (0, 1], val_samples >= 1",
-            ),
-            ("{prompt}" in self.prompt_template, "prompt_template must contain {prompt}"),
-            (self.dist_timeout_s >= 1, f"dist_timeout_s must be >= 1, got {self.dist_timeout_s}"),
-        ]
-        check_values(self)  # floats finite, ints not bools
-        too_big = [
-            f"{k} = {getattr(self, k)} (at most {n})" for k, n in SIZE_LIMITS.items() if (getattr(self, k) or 0) > n
-        ]
-        checks.append((not too_big, f"sizes beyond any run, a typo? {'; '.join(too_big)}"))
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(f"invalid config: {message}")
-        try:
+            check_values(self)
             check_device_name(self.device)
             check_dtype_name(self.dtype)
         except ValueError as err:
-            raise ValueError(f"invalid config: {err}") from None
+            raise ValueError(f"invalid config: {str(err).removeprefix('invalid config: ')}") from None
+        problem = next(self._problems(), None)
+        if problem:
+            raise ValueError(f"invalid config: {problem}")
+        if not self.out_dir:
+            self.out_dir = default_out_dir(self)
+
+    def _problems(self):
+        """What the fields' facts cannot say: names looked up in the registries, formats, and rules across fields."""
+        selector, unknown_selector = _lookup(SELECTORS, self.selector)
+        if not (isinstance(self.task, str) and self.task):
+            yield "task must name a task (walk, arith, code, math, or package.module:Class)"
+        looked_up = (unknown_selector, _lookup(ADVANTAGES, self.advantage)[1], _lookup(LOSSES, self.loss)[1])
+        yield from (why for why in (*looked_up, _prompt_problem(self)) if why)
+        if selector is not None and not selector.trainable:
+            yield f"the {self.selector} selector cannot choose RL forks: {selector.untrainable}"
+        yield from self.probe_problems()
+        yield from tracker_problems(self.report_to)
+        if "{prompt}" not in self.prompt_template:
+            yield "prompt_template must contain {prompt}"
+        if self.gen_prompts < self.prompts_per_step:
+            yield f"gen_prompts ({self.gen_prompts}) must be >= prompts_per_step ({self.prompts_per_step})"
+        if self.unit_question_grad and self.minibatches != 1:
+            yield "unit_question_grad sets its own optimizer steps: keep minibatches=1"
+        if self.clamped_prefix and self.advantage != "prefix_credit":
+            yield "clamped_prefix modifies prefix_credit: set advantage=prefix_credit"
         # A probe reads the suffix and one token after a prefix; the response budget must leave room for a fork.
-        if self.max_response_len < 3:
-            raise ValueError(
-                f"invalid config: max_response_len {self.max_response_len} is smaller than a probe "
-                "(a prefix, a 2-token tail)"
-            )
+        if self.max_response_len < MIN_FORK_TOKENS:
+            yield f"max_response_len {self.max_response_len} is smaller than a probe (a prefix, a 2-token tail)"
         if (
             self.rollout == "two_stage"
             and not 1 <= self.two_stage_t_min <= self.two_stage_t_max < self.max_response_len
         ):
-            raise ValueError(
-                "invalid config: two_stage needs 1 <= two_stage_t_min <= two_stage_t_max < max_response_len"
-            )
+            yield "two_stage needs 1 <= two_stage_t_min <= two_stage_t_max < max_response_len"
         if not 0 <= self.overlong_buffer <= self.max_response_len:
-            raise ValueError(
-                f"invalid config: overlong_buffer must be in [0, max_response_len], got {self.overlong_buffer}"
-            )
-        if not self.out_dir:
-            self.out_dir = default_out_dir(self)
+            yield f"overlong_buffer must be in [0, max_response_len], got {self.overlong_buffer}"
 
     @property
     def group_size(self) -> int:
@@ -396,24 +364,14 @@ class TrainConfig(ProbeConfig):
         return {f.name: values[f.name] for f in _fields()}
 
 
-# Fields a resume may change without a word: how long, how often and how visibly the same run goes on, and where its
-# folder now lives.
-RESUME_SAFE = (
-    "steps",
-    "progress",
-    "val_every",
-    "save_every",
-    "resume_changes",
-    "out_dir",
-    "keep_last",
-    "keep_best",
-    "report_to",
-    "wandb_project",
-    # how the same numbers are computed: memory for compute, where shards live, how long a collective may wait
-    "gradient_checkpointing",
-    "fsdp_cpu_offload",
-    "dist_timeout_s",
-)
+# Fields a resume may change without a word (their ``resume_safe``): how long, how often and how visibly the same run
+# goes on, where its folder now lives, and how the same numbers are computed.
+RESUME_SAFE = named(TrainConfig, "resume_safe")
+# Fields that change where and how a run is written, not what it computes (their ``run_only``; bsb sweep's reruns).
+RUN_ONLY = named(TrainConfig, "run_only")
+# What decides the evaluation (their ``evaluation``): the runs of one sweep must agree on these (and on the held-out
+# problems themselves).
+EVAL_FIELDS = named(TrainConfig, "evaluation")
 
 
 def default_out_dir(cfg: TrainConfig) -> str:
@@ -477,6 +435,7 @@ def _coerce(name: str, hint, value):
         else [hint]
     )
     target = base[0] if len(base) == 1 else None
+    target = typing.get_origin(target) or target  # list[int] is checked as a list
     try:
         if target in (float, int) and isinstance(value, bool):  # YAML's true is not a number
             raise ValueError

@@ -1,5 +1,4 @@
-"""One training step as named phases on plain data. :class:`bsb.train.trainer.Trainer` is the loop, the checkpoints
-and the weight sync around them.
+"""One training step as named phases on plain data; :class:`bsb.train.trainer.Trainer` runs them in its loop.
 
 1. :func:`draw`: the task's training problems for one generation round (seed stream ``draw``).
 2. :func:`generate_trees`: one tree per problem, as token ids: [Fork]'s tree rollout, [TwoStage]'s two-stage
@@ -10,8 +9,8 @@ and the weight sync around them.
 6. :func:`bsb.train.update.update_policy`: the optimizer steps over the rows (its own module).
 7. :func:`step_metrics`: one JSON-serialisable dict per step.
 
-Each phase takes and returns data (problems, trees, rows, dicts); the models and backends it needs come in the
-:class:`RolloutContext` and as arguments, built once by the trainer.
+Each phase takes and returns data (problems, trees, rows, dicts); the engine and the selector (bound to its reader)
+come in the :class:`RolloutContext`, built once by the trainer.
 """
 
 from __future__ import annotations
@@ -41,8 +40,7 @@ class RolloutContext:
     """What generating trees needs, built once by the trainer."""
 
     backend: object  # generation (vLLM or HF)
-    reads: object  # the backend the selector's reads go to (bound to the selector)
-    selector: Selector
+    selector: Selector  # bound to the backend its reads go to (bsb.engine.reader.bind_reader)
     newline: torch.Tensor  # (V,) bool: tokens that contain a line break
     eos: int
     answer_tokens: Callable[[list[int]], list[int] | None] | None  # Lens-Shift's committed answer ids of a response
@@ -94,7 +92,6 @@ def generate_trees(
             golds,
             ctx.backend,
             ctx.selector,
-            ctx.reads,
             ctx.newline,
             tcfg,
             ctx.eos,

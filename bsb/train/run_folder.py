@@ -18,6 +18,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -162,6 +164,15 @@ def weights_folder(run: Path, step: int | None = None, best: bool = False) -> Pa
     raise FileNotFoundError(f"{run} holds no weights: no final/ and no non-sharded checkpoint/model")
 
 
+LOW_SPACE = (
+    16 << 20
+)  # bytes free under which a failed write is taken for a full disk (torch.save says only "unexpected pos")
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+
+
 def swap_in(tmp: Path, dest: Path) -> None:
     """``tmp``, a file or folder written beside ``dest``, becomes ``dest``: a file by one atomic rename; a folder by
     renaming ``dest`` to ``dest.old``, then ``tmp`` to ``dest``, then removing the old one. A crash between the two
@@ -238,10 +249,18 @@ class RunFolder:
         """The checkpoint's state to resume from (None: start at step 0) and the config changes ``resume_changes``
         allowed (recorded in the next metrics row). Checked before any model loads: the state's shape, every file
         against its checksum, the stored config against ``cfg``."""
-        if not (resume and (self.ckpt / "state.json").exists()):
+        if not resume:
+            return None, {}
+        if not (self.ckpt / "state.json").exists():
+            if self.ckpt.exists():  # never a silent restart over a checkpoint
+                raise ValueError(
+                    f"{self.ckpt}: holds no state.json (not a complete bsb checkpoint); move it away to start over, "
+                    "or pass --no-resume"
+                )
             return None, {}
         state = self._read_state()
         self._verify(state)
+        self._check_metrics(state)
         return state, self._check_resume(state, cfg)
 
     @property
@@ -271,10 +290,13 @@ class RunFolder:
 
     def _verify(self, state: dict) -> None:
         """The checkpoint's files against the checksums its ``state.json`` records (each rank a share; one error on
-        every rank). A checkpoint written before checksums existed records none and loads as it is."""
+        every rank). The checksums are required: a state without them could hide any damage."""
         expected = state.get("checksums")
         if expected is None:
-            return
+            raise ValueError(
+                f"{self.ckpt / 'state.json'}: records no checksums, so its files cannot be checked; move the "
+                "checkpoint away to start over"
+            )
         if not isinstance(expected, dict) or not all(isinstance(v, str) for v in expected.values()):
             raise ValueError(f"{self.ckpt / 'state.json'}: its checksums are not a mapping of file: crc")
         try:
@@ -285,6 +307,18 @@ class RunFolder:
         problems = [p for p in self.world.gather(problem) if p]
         if problems:
             raise ValueError(problems[0])
+
+    def _check_metrics(self, state: dict) -> None:
+        """A checkpoint is saved after its step's metrics row: a step beyond the last row means the metrics file is not
+        this checkpoint's (or was cut), and resuming would record a run with missing steps."""
+        rows = metric_rows(self.metrics) if self.metrics.exists() else []
+        last = max((json.loads(r)["step"] for r in rows), default=None)
+        if state["step"] > 0 and (last is None or state["step"] > last):
+            raise ValueError(
+                f"{self.ckpt / 'state.json'}: step {state['step']} is beyond {self.metrics} (last row: "
+                f"{'none' if last is None else f'step {last}'}); restore the run's metrics file, or move the "
+                "checkpoint away to start over"
+            )
 
     def _check_resume(self, state: dict, cfg) -> dict:
         """The stored config against ``cfg``: a change that alters the run's results is an error listing the fields,
@@ -304,26 +338,27 @@ class RunFolder:
         """Atomic: written beside the old checkpoint, then swapped in. Sharded, every rank writes its shards of the
         model and optimizer into one DCP checkpoint and rank 0 the rest."""
         tmp, main = self.out / "checkpoint.tmp", self.world.main
-        if main:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
-        self.world.barrier()
-        blob = {"scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state()}
-        blob["python_rng"] = random.getstate()
-        blob.update(placement.save(optimizer, tmp, tokenizer))
-        if main:
-            torch.save(blob, tmp / "trainer.pt")
-        self.world.barrier()  # every shard written before the checksums and rank 0's declaring it complete
-        mine = file_checksums(tmp, self.world.part(checkpoint_files(tmp)))
-        sums = {k: v for part in self.world.gather(mine) for k, v in part.items()}
-        if main:
-            # state.json last, and whole (renamed into place): a checkpoint.tmp holding it is complete
-            state = {"step": step, "active_steps": active_steps, "config": cfg.to_dict()}
-            state.update(world_size=self.world.size, checksums=sums)
-            (tmp / "state.json.part").write_text(json.dumps(state, indent=1))
-            os.replace(tmp / "state.json.part", tmp / "state.json")
-            swap_in(tmp, self.ckpt)
-        self.world.barrier()
+        with self._space("the checkpoint", tmp):
+            if main:
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir()
+            self.world.barrier()
+            blob = {"scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state()}
+            blob["python_rng"] = random.getstate()
+            blob.update(placement.save(optimizer, tmp, tokenizer))
+            if main:
+                torch.save(blob, tmp / "trainer.pt")
+            self.world.barrier()  # every shard written before the checksums and rank 0's declaring it complete
+            mine = file_checksums(tmp, self.world.part(checkpoint_files(tmp)))
+            sums = {k: v for part in self.world.gather(mine) for k, v in part.items()}
+            if main:
+                # state.json last, and whole (renamed into place): a checkpoint.tmp holding it is complete
+                state = {"step": step, "active_steps": active_steps, "config": cfg.to_dict()}
+                state.update(world_size=self.world.size, checksums=sums)
+                (tmp / "state.json.part").write_text(json.dumps(state, indent=1))
+                os.replace(tmp / "state.json.part", tmp / "state.json")
+                swap_in(tmp, self.ckpt)
+            self.world.barrier()
 
     def load(self, placement, optimizer, scheduler, state: dict) -> None:
         """Optimizer, schedule and RNG states of the checkpoint (the model was loaded with the policy, or DCP loads it
@@ -391,12 +426,33 @@ class RunFolder:
         tmp = path.with_name(path.name + ".tmp")
         if self.world.main:
             shutil.rmtree(tmp, ignore_errors=True)
-        placement.export(tmp, tokenizer)  # a collective when sharded: every rank takes part
-        if self.world.main:
-            if note is not None:
-                (tmp / BEST_NOTE).write_text(json.dumps(note))
-            swap_in(tmp, path)
+        with self._space(f"{path.name}/", tmp):
+            placement.export(tmp, tokenizer)  # a collective when sharded: every rank takes part
+            if self.world.main:
+                if note is not None:
+                    (tmp / BEST_NOTE).write_text(json.dumps(note))
+                swap_in(tmp, path)
         self.world.barrier()
+
+    @contextlib.contextmanager
+    def _space(self, what: str, tmp: Path):
+        """A write that ran out of disk space is one error naming the folder and the space it needs, never a library's
+        traceback (safetensors, torch.save's zip writer); the half-written ``tmp`` goes, the previous copy stays."""
+        try:
+            yield
+        except Exception as err:
+            free = shutil.disk_usage(self.out).free
+            full = (isinstance(err, OSError) and err.errno == errno.ENOSPC) or "space left" in str(err).lower()
+            if not (full or free < LOW_SPACE):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            need = _folder_bytes(self.ckpt) or _folder_bytes(self.out / "final")
+            wanted = f"about {need / 2**20:,.0f} MiB (the size of the last one)" if need else "more"
+            raise OSError(
+                errno.ENOSPC,
+                f"{self.out}: no space left on the device while writing {what} ({free / 2**20:,.0f} MiB free; it needs "
+                f"{wanted}); the previous copy is intact: free space and resume",
+            ) from None
 
     def close(self) -> None:
         """The trackers closed and the folder's lock let go (idempotent)."""

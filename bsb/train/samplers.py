@@ -23,6 +23,7 @@ eos_token_id)``, so the rules can be run on a scripted finite policy (see the te
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -155,6 +156,7 @@ def two_stage_trees(
         )
         tree = PromptTree(i, g, leaves)
         tree.fork_positions = [tree.leaves[idx[0]].prefix_len for idx in tree.groups().values()]
+        tree.fork_scores = [math.nan] * len(tree.fork_positions)  # τ is a stopping time, not a selector's choice
         trees.append(tree)
         census = {k: census.get(k, 0) + v for k, v in c.items()}
     times.generate_s = time.perf_counter() - start

@@ -11,7 +11,7 @@ gather weights for the engine and the policy's own forwards, how to save, load a
 * :func:`token_logprobs_method`: the update's forward (hidden states, then the chunked log-probs of the response
   tokens through the LM head) registered as an FSDP forward method, so the root's parameters are gathered for it
   and its gradients reduce-scattered like any forward's.
-* :func:`full_params`: every unit gathered once for a rollout phase (generation and white-box reads run many
+* :func:`unsharded`: every unit gathered once for a rollout phase (generation and white-box reads run many
   forwards of different counts on different ranks; with the weights already whole, none of them is a collective).
 * :func:`engine_weights`: the weights for a rank's rollout engine, gathered one tensor at a time (peak: one
   tensor's full copy beyond the engine's own weights).
@@ -61,8 +61,9 @@ class Placement:
         return contextlib.nullcontext()
 
     def engine_weights(self, dtype: torch.dtype):
-        """The weights in the engine's dtype (a bf16 engine gets half the bytes, and no per-tensor casts)."""
-        return {k: v.detach().to(dtype) for k, v in self.model.state_dict().items()}
+        """``(name, tensor)`` of every weight in the engine's dtype (a bf16 engine gets half the bytes, and no
+        per-tensor casts)."""
+        return ((k, v.detach().to(dtype)) for k, v in self.model.state_dict().items())
 
     def save(self, optimizer, folder: Path, tokenizer) -> dict:
         """Write the model (and, sharded, the optimizer) into the checkpoint ``folder``; returns what goes into its
@@ -94,7 +95,7 @@ class Sharded(Placement):
     sharded = True
 
     def whole_weights(self, enabled: bool = True):
-        return full_params(self.model, enabled)
+        return unsharded(self.model, enabled)
 
     def engine_weights(self, dtype: torch.dtype):
         return engine_weights(self.model, dtype)
@@ -180,7 +181,7 @@ def _units(model):
 
 
 @contextlib.contextmanager
-def full_params(model, enabled: bool = True):
+def unsharded(model, enabled: bool = True):
     """Every FSDP unit of ``model`` gathered (one collective each, on every rank) for the duration, and kept whole
     across forwards, so generation and reads that run different numbers of forwards on different ranks issue no
     collective. Resharded on exit. A no-op when not ``enabled`` (an unsharded model)."""

@@ -34,8 +34,9 @@ from bsb.embedded.model import resolve_model
 from bsb.engine.backend import capabilities
 from bsb.engine.boundaries import newline_token_mask
 from bsb.engine.device import check_colocation, resolve_device, resolve_dtype
-from bsb.engine.probe import answer_tokens, resolve
-from bsb.engine.selectors import SelectorConfig, check_against_model, make_selector
+from bsb.engine.probe import SelectorConfig, answer_tokens, check_against_model, resolve
+from bsb.engine.reader import bind_reader
+from bsb.engine.selectors import make_selector
 from bsb.tasks.base import Problem
 from bsb.tasks.prompting import render_prompt
 from bsb.tasks.registry import make_task
@@ -107,49 +108,34 @@ class Trainer:
         self.separate_engine = capabilities(self.backend).weight_sync
         if self.separate_engine and (rollout_backend is not None or (state is not None and self.folder.sharded)):
             self.backend.load_weights(self.placement.engine_weights(self.dtype))  # a shared engine may hold others
-        reads = self._reader()
+        # who reads for the selector, chosen and bound once (the policy keeps its KV when it generates and reads)
+        bind_reader(cfg.probe_reader, self.selector, self.backend, self.hf)
         # sharded: forwards of the policy itself (HF rollouts, white-box reads) run on its gathered weights
-        self.rollout_on_policy = self.backend is self.hf or reads is self.hf
-        # reads on the policy that generates: from the keys and values its generation kept (only the suffixes computed)
-        self.hf.keep_kv = reads is self.hf and self.backend is self.hf and self.selector.requires != ()
-        self.selector.bind(reads)
+        self.rollout_on_policy = self.backend is self.hf or self.selector.reader is self.hf
         answers = answer_tokens(self.task, self.tok) if self.selector.needs_answer else None
-        self.ctx = phases.RolloutContext(self.backend, reads, self.selector, self.newline, self.eos, answers)
+        self.ctx = phases.RolloutContext(self.backend, self.selector, self.newline, self.eos, answers)
 
     # ---------------------------------------------------------------- setup
-    def _reader(self):
-        """The backend the selector's reads go to. White-box reads (Lens-Shift) go to the HF policy whenever the engine
-        cannot serve them; ``probe_reader`` chooses otherwise: ``auto`` reads on the policy beside a CPU vLLM engine
-        (there a request costs about the same whatever its length, so a round's short probe requests cost more than
-        grouped packed forwards of the policy; measured in docs/performance.md) and on the engine elsewhere."""
-        engine_can = self.selector.can_read(self.backend)
-        choice = self.cfg.probe_reader
-        if choice == "auto":
-            cpu_engine = self.backend is not self.hf and getattr(self.backend, "on_cpu", False)
-            choice = "policy" if cpu_engine and self.selector.can_read(self.hf) else "engine"
-        if choice == "policy" or not engine_can:
-            return self.hf
-        return self.backend
-
     def selector_config(self) -> SelectorConfig:
         return resolve(self.cfg, self.task, self.tok, seed=self.cfg.seed)
 
     def _make_backend(self, path: Path):
+        from bsb.engine.vllm_backend import engine_max_len
         from bsb.engine.vllm_backend import rollout_backend as make_backend
 
         cfg = self.cfg
-        limit = getattr(self.policy.config, "max_position_embeddings", None)
+        limit = self.policy.config.to_dict().get("max_position_embeddings")
         if limit and cfg.max_prompt_len + cfg.max_response_len > limit:
             raise ValueError(
                 f"max_prompt_len + max_response_len = {cfg.max_prompt_len + cfg.max_response_len} exceeds the model's "
                 f"{limit} positions"
             )
-        # + room for a probe: the elicitation suffix and its read
+        probe = self.selector.config  # room for a probe after a chain: the elicitation suffix and its read
         return make_backend(
             cfg.backend,
             path,
             self.hf,
-            cfg.max_prompt_len + cfg.max_response_len + 64,
+            engine_max_len(cfg.max_prompt_len, cfg.max_response_len, len(probe.suffix), probe.read_len),
             cfg.seed,
             cfg.vllm_kv_cache_gib,
             self.dtype,
@@ -333,6 +319,6 @@ class Trainer:
     def close(self) -> None:
         """Release the rollout engine this trainer built, the run folder, and the process group (under torchrun)."""
         self.folder.close()
-        if self.backend is not self.hf and self.owns_backend and hasattr(self.backend, "close"):
+        if self.owns_backend:
             self.backend.close()
         close_world(self.world)

@@ -36,6 +36,9 @@ class PromptTree:
     gold: object  # the problem's gold answer, as its task's verifier reads it
     leaves: list[Leaf] = field(default_factory=list)
     fork_positions: list[int | None] = field(default_factory=list)  # per group: fork position (None: refill failed)
+    # per group: the selector's score at its fork (NaN: no selector score there: a fallback, a single candidate, an
+    # unforkable chain, or a rollout without a selector)
+    fork_scores: list[float] = field(default_factory=list)
     refills: int = 0  # root chains that could not fork and were replaced by fresh ones
     fallbacks: int = 0  # forks where the selector fell back to Midpoint
     probe_tokens: int = 0  # token-forwards the selector's reads spent

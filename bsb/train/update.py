@@ -37,7 +37,6 @@ class Row:
         return len(self.response) > 0 and bool(self.advantage.abs().max() > 0)
 
 
-
 def unit_normalized_mean(
     grads: Sequence[Sequence[torch.Tensor]], window: int, world: World = SOLO
 ) -> list[torch.Tensor]:

@@ -59,3 +59,25 @@ def test_a_bad_input_is_one_usage_line_and_exit_2(argv, message, tmp_path, capsy
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"bsb {argv[0]}: error: ") and re.search(message, last), last
     assert not (tmp_path / "ran").exists()  # a module:Class that is not a Task is never constructed
+
+
+# The offline commands inherit ProbeConfig and check top_k and lens_layers against their model as train does (the
+# session's tiny checkpoint: vocabulary 256, 2 layers), once it is loaded and before anything is sampled or written.
+AGAINST_MODEL = [(["--top-k", "100000"], "top_k = 100000 exceeds the model's vocabulary of 256"),
+                 (["--lens-layers", "0", "99"], "lens_layers \\[99\\] are not layers of this 2-layer model")]
+
+
+@pytest.mark.parametrize("command", ["validate", "evaluate", "demo"])
+@pytest.mark.parametrize("flags,message", AGAINST_MODEL, ids=["top_k", "lens_layers"])
+def test_offline_probe_options_are_checked_against_the_model(command, flags, message, tmp_path, capsys, checkpoint):
+    import re
+
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text('{"prompt": "t5 t6", "answer": "t7"}\n')
+    with pytest.raises(SystemExit) as done:
+        main([command, checkpoint, str(problems), *flags, "--out", str(tmp_path / "out"), "--device", "cpu"])
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert done.value.code == 2 and "Traceback" not in err
+    assert last.startswith(f"bsb {command}: error: ") and re.search(message, last), last
+    assert not (tmp_path / "out").exists()  # nothing written

@@ -42,6 +42,7 @@ def test_validate_writes_everything_and_resumes_without_new_completions(model_di
     main(args)  # rerun: everything is reused
     assert len((out / "completions.jsonl").read_text().splitlines()) == done
     printed = capsys.readouterr().out
+    assert "wrote table.md, curves.jsonl, lag.json" in printed  # what it writes, as it writes it
     live = [r for r in rows if not r["flat"]]
     if live:  # the selector printed first is the one with the lowest mean E over the non-flat curves
         names = list(live[0]["error"])
@@ -71,7 +72,7 @@ def test_validate_rejects_token_window_selectors(capsys):
 
 
 def test_fork_contrast_counts_agreeing_siblings_and_js_terciles():
-    from bsb.commands.validate import fork_contrast
+    from bsb.eval.contrast import fork_contrast
 
     # six boundaries, JS 0..5: siblings agree at JS 0, 1 and 3; two empty answers ("": none) never agree
     rows = [{"cuts": [0, 1, 2], "scores": {"probe_js": [0.0, 1.0, 2.0]}, "siblings": [["a", "a"], ["b", "b"], ["", ""]]},

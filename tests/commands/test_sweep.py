@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from bsb.commands import sweep
+from bsb.eval.sweep_summary import moving_average
 from bsb.train.config import TrainConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -83,7 +84,7 @@ def test_summary_best_checkpoint_moving_average_and_bootstrap(tmp_path):
     arm, ref = res["configs"]["arm"], res["configs"]["ref"]
     assert arm["best_step"] == 2 and arm["best"] == pytest.approx(0.875) and arm["final"] == pytest.approx(0.625)
     assert ref["best_step"] == 4 and ref["best"] == pytest.approx(0.5)  # the seed-mean peaks at the last step
-    assert sweep.moving_average([0.25, 0.875, 0.625]) == pytest.approx([0.5625, 0.5833333, 0.75])
+    assert moving_average([0.25, 0.875, 0.625]) == pytest.approx([0.5625, 0.5833333, 0.75])
     assert arm["diff_final"].startswith("+0.125") and "[" in arm["diff_best"]
     table = (tmp_path / "summary" / "table.md").read_text()
     assert "| arm | 0.250 | 0.875 ± " in table and "(2)" in table and (tmp_path / "summary" / "curves.png").exists()

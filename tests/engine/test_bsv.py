@@ -64,7 +64,7 @@ def test_scores_are_projections_and_the_direction_round_trips(model, tmp_path):
     mask = torch.zeros(50, dtype=torch.bool)
     mask[7] = True
     chain = S.ChainInput(prompt=[1, 2], response=[3, 7, 4, 7, 5, 7, 6, 8, 9, 10])
-    sel = S.make_selector("bsv", S.SelectorConfig(bsv_path=str(tmp_path / "bsv.pt"))).select([chain], mask, HFBackend(model))
+    sel = S.make_selector("bsv", S.SelectorConfig(bsv_path=str(tmp_path / "bsv.pt")), HFBackend(model)).select([chain], mask)
     assert sel.choices[0].fork in (2, 4, 6) and sel.fallbacks == 0
 
 

@@ -146,7 +146,7 @@ def test_the_kept_kv_serves_the_backends_reads_until_the_weights_change():
     asks = [(p + r, [len(p) + 2, len(p) + 9]) for p, r in zip(prompts, responses)]
     asks.append((prompts[0] + responses[0][:20], [3, 8]))  # not what the call generated: packed forwards (to the last cut)
     got = hf.probe_logits(asks, suffix)
-    assert [n for _, n in got] == [4, 4, 4, 8 + 4] and hf.cached_read_tokens == sum(sum(c) for _, c in asks[:3])
+    assert [n for _, n in got] == [4, 4, 4, 8 + 4] and sum(got.cached) == sum(sum(c) for _, c in asks[:3])
     for (prefix, cuts), (logits, _) in zip(asks, got):
         want = packed.naive_reads(model, prefix, cuts, suffix).read_logits
         torch.testing.assert_close(logits[:, 0], want, atol=2e-5, rtol=1e-5)

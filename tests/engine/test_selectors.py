@@ -39,7 +39,7 @@ def chain(seed, length=40, every=6, answer=(21, 22)):
 
 def test_probe_js_matches_naive_reads_and_reference(backend):
     ch = chain(1)
-    sel = S.make_selector("probe_js", CFG).select([ch], MASK, backend)
+    sel = S.make_selector("probe_js", CFG, backend).select([ch], MASK)
     choice = sel.choices[0]
     cuts = [len(ch.prompt) + t for t in choice.pool.positions]
     reads = naive_reads(backend.model, ch.prompt + ch.response, cuts, CFG.suffix)
@@ -53,7 +53,7 @@ def test_probe_js_matches_naive_reads_and_reference(backend):
 def test_lens_shift_matches_naive_reads_and_reference(backend, readout):
     ch = chain(2)
     cfg = S.SelectorConfig(suffix=CFG.suffix, lens_readout=readout)
-    choice = S.make_selector("lens_shift", cfg).select([ch], MASK, backend).choices[0]
+    choice = S.make_selector("lens_shift", cfg, backend).select([ch], MASK).choices[0]
     cuts = [len(ch.prompt) + t for t in choice.pool.positions]
     reads = naive_reads(backend.model, ch.prompt + ch.response, cuts, cfg.suffix, ch.answer, with_hidden=True)
     m = backend.model
@@ -71,22 +71,22 @@ def test_entropy_and_margins_match_full_logits(backend):
         logits = backend.model(ids[None]).logits[0, len(ch.prompt) - 1 : -1]  # predicting each response token
     sur, _ = ref.surprisal_entropy(logits, torch.tensor(ch.response))
     margin = ref.logit_margin(logits)
-    ent = S.make_selector("entropy", CFG).select([ch], MASK, backend).choices[0]
+    ent = S.make_selector("entropy", CFG, backend).select([ch], MASK).choices[0]
     pos = ent.pool.positions
     want = [float(sur[t:e].mean()) for t, e in zip(pos, pos[1:] + [len(ch.response)])]
     assert ent.scores == pytest.approx(want, abs=1e-4)
-    mm = S.make_selector("min_margin", CFG).select([ch], MASK, backend).choices[0]
+    mm = S.make_selector("min_margin", CFG, backend).select([ch], MASK).choices[0]
     window = list(range(2, 30))
     assert mm.pool.positions == window and mm.fork == window[int(margin[window].argmin())]
-    fg = S.make_selector("first_gap", S.SelectorConfig(margin_window=(2, 30), gap_threshold=float(margin[window].median()))).select([ch], MASK, backend).choices[0]
+    fg = S.make_selector("first_gap", S.SelectorConfig(margin_window=(2, 30), gap_threshold=float(margin[window].median())), backend).select([ch], MASK).choices[0]
     first = next(t for t in window if margin[t] <= float(margin[window].median()))
     assert fg.fork == first
 
 
 def test_first_gap_falls_back_to_min_margin_without_gaps(backend):
     ch = chain(4)
-    got = S.make_selector("first_gap", S.SelectorConfig(margin_window=(2, 30), gap_threshold=-1.0)).select([ch], MASK, backend)
-    want = S.make_selector("min_margin", S.SelectorConfig(margin_window=(2, 30))).select([ch], MASK, backend)
+    got = S.make_selector("first_gap", S.SelectorConfig(margin_window=(2, 30), gap_threshold=-1.0), backend).select([ch], MASK)
+    want = S.make_selector("min_margin", S.SelectorConfig(margin_window=(2, 30)), backend).select([ch], MASK)
     assert got.forks == want.forks
 
 
@@ -106,7 +106,7 @@ def test_model_free_baselines():
 
 def test_fallbacks_and_unforkable_are_counted(backend):
     chains = [chain(6), chain(7, answer=None), chain(8, length=20, every=100), S.ChainInput(prompt=[9], response=[10])]
-    sel = S.make_selector("lens_shift", CFG).select(chains, MASK, backend)
+    sel = S.make_selector("lens_shift", CFG, backend).select(chains, MASK)
     assert sel.unforkable == 1 and sel.forks[3] is None
     assert sel.choices[1].fallback == "no committed answer to teacher-force" and sel.choices[1].fork == 20
     assert sel.choices[2].fallback == "one candidate (midpoint)" and sel.choices[2].fork == 10
@@ -141,7 +141,7 @@ class FlipLogits:
 @pytest.mark.parametrize("backend", [FlipBackend(), FlipLogits()], ids=["top-k", "logits"])
 def test_probe_js_forks_before_the_belief_moving_step(backend):
     ch = chain(9)
-    sel = S.make_selector("probe_js", CFG).select([ch], MASK, backend).choices[0]
+    sel = S.make_selector("probe_js", CFG, backend).select([ch], MASK).choices[0]
     assert sel.fork == sel.pool.positions[2]
     assert sel.scores[2] > 0.5 and all(s < 1e-6 for j, s in enumerate(sel.scores) if j != 2 and not math.isnan(s))
 
@@ -161,7 +161,7 @@ def test_pipeline_scores_come_from_the_kernel_provider_dispatch_names(backend, o
         return fn(*args, **kw)
 
     monkeypatch.setitem(table, op, (provider, spy))
-    choice = S.make_selector("probe_js", CFG).select([chain(9)], MASK, backend).choices[0]
+    choice = S.make_selector("probe_js", CFG, backend).select([chain(9)], MASK).choices[0]
     assert calls and set(calls) == {bsb.kernels.implementation(op, "cpu")}
     assert choice.fork == choice.pool.positions[2]
 
@@ -184,7 +184,7 @@ def test_errors(call, match):
 
 def test_missing_suffix_is_a_clear_error(backend):
     with pytest.raises(ValueError, match="needs SelectorConfig.suffix"):
-        S.make_selector("probe_js").select([chain(1)], MASK, backend)
+        S.make_selector("probe_js", backend=backend).select([chain(1)], MASK)
 
 
 def test_generate_is_seeded_and_stops_at_eos(backend):
@@ -215,7 +215,7 @@ def test_sampled_reads_first_position_is_the_exact_read(backend):
     prefix, cuts = ch.prompt + ch.response, [10, 20, 30]
     logits, spent = backend.sampled_reads(prefix, cuts, CFG.suffix, read_len=4, seed=5)
     assert logits.shape == (3, 4, V) and spent == sum(cuts) + 3 * 3 + 3 * 3
-    exact = backend.reads(prefix, cuts, CFG.suffix).read_logits
+    exact = backend.packed_reads(prefix, cuts, CFG.suffix).read_logits
     torch.testing.assert_close(logits[:, 0], exact, atol=1e-4, rtol=1e-4)
     again, _ = backend.sampled_reads(prefix, cuts, CFG.suffix, read_len=4, seed=5)
     torch.testing.assert_close(again, logits)  # seeded
@@ -224,7 +224,7 @@ def test_sampled_reads_first_position_is_the_exact_read(backend):
 def test_probe_js_with_several_read_positions(backend):
     ch = chain(12)
     cfg = S.SelectorConfig(suffix=CFG.suffix, top_k=10, read_len=3, seed=2)
-    choice = S.make_selector("probe_js", cfg).select([ch], MASK, backend).choices[0]
+    choice = S.make_selector("probe_js", cfg, backend).select([ch], MASK).choices[0]
     cuts = [len(ch.prompt) + t for t in choice.pool.positions]
     logits, _ = backend.sampled_reads(ch.prompt + ch.response, cuts, cfg.suffix, 3, seed=2)
     want = ref.probe_js(logits, torch.zeros(len(cuts), dtype=torch.long), 10)
@@ -233,11 +233,11 @@ def test_probe_js_with_several_read_positions(backend):
 
 def test_lens_layers_select_the_profile(backend):
     ch = chain(13)
-    full = S.make_selector("lens_shift", S.SelectorConfig(suffix=CFG.suffix)).select([ch], MASK, backend).choices[0]
-    last = S.make_selector("lens_shift", S.SelectorConfig(suffix=CFG.suffix, lens_layers=[-1])).select([ch], MASK, backend).choices[0]
+    full = S.make_selector("lens_shift", S.SelectorConfig(suffix=CFG.suffix), backend).select([ch], MASK).choices[0]
+    last = S.make_selector("lens_shift", S.SelectorConfig(suffix=CFG.suffix, lens_layers=[-1]), backend).select([ch], MASK).choices[0]
     assert full.scores != last.scores and len(last.scores) == len(full.scores)
     with pytest.raises(ValueError, match="lens_layers must name layers"):
-        S.make_selector("lens_shift", S.SelectorConfig(suffix=CFG.suffix, lens_layers=[5])).select([ch], MASK, backend)
+        S.make_selector("lens_shift", S.SelectorConfig(suffix=CFG.suffix, lens_layers=[5]), backend).select([ch], MASK)
 
 
 def test_white_box_selectors_reject_a_black_box_backend():
@@ -249,7 +249,7 @@ def test_white_box_selectors_reject_a_black_box_backend():
 
     for name in ("entropy", "lens_shift", "min_margin"):
         with pytest.raises(ValueError, match="which BlackBox does not provide"):
-            S.make_selector(name, CFG).select([chain(1)], MASK, BlackBox())
+            S.make_selector(name, CFG, BlackBox()).select([chain(1)], MASK)
         assert not S.make_selector(name, CFG).can_read(BlackBox())
     assert S.make_selector("probe_js", CFG, BlackBox()).mode == "belief_topk"  # bound once, at construction
 
@@ -275,7 +275,7 @@ def test_triton_scores_and_their_error_status_come_back_in_one_copy(monkeypatch)
     dispatch.reset()
     try:
         assert bsb.kernels.implementation("probe_js", "cpu") == "triton"
-        choice = S.make_selector("probe_js", CFG).select([chain(9)], MASK, FlipLogits()).choices[0]
+        choice = S.make_selector("probe_js", CFG, FlipLogits()).select([chain(9)], MASK).choices[0]
         assert choice.fork == choice.pool.positions[2]
 
         class NaNLogits(FlipLogits):
@@ -285,7 +285,15 @@ def test_triton_scores_and_their_error_status_come_back_in_one_copy(monkeypatch)
                 return out
 
         with pytest.raises(ValueError, match="logits contains NaN"):
-            S.make_selector("probe_js", CFG).select([chain(9)], MASK, NaNLogits())
+            S.make_selector("probe_js", CFG, NaNLogits()).select([chain(9)], MASK)
     finally:
         monkeypatch.delenv("BSB_KERNELS")
         dispatch.reset()
+
+
+def test_a_bound_copy_reads_through_its_own_backend_and_leaves_the_selector_as_it_was(backend):
+    sel = S.make_selector("probe_js", CFG)
+    twin = sel.bound_to(backend)
+    assert twin.reader is backend and twin.mode == "belief_logits" and twin.config is sel.config
+    assert sel.reader is None and sel.mode is None
+    assert twin.select([chain(9)], MASK).forks == S.make_selector("probe_js", CFG, backend).select([chain(9)], MASK).forks

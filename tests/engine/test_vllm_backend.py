@@ -36,8 +36,8 @@ def _chain(seed):
 def test_probe_js_scores_agree_with_the_hf_packed_path(engine, hf):
     cfg = S.SelectorConfig(suffix=[11, 12, 13, 14], top_k=20)
     chains = [_chain(0), _chain(1)]
-    on_vllm = S.make_selector("probe_js", cfg).select(chains, MASK, engine)
-    on_hf = S.make_selector("probe_js", cfg).select(chains, MASK, hf)
+    on_vllm = S.make_selector("probe_js", cfg, engine).select(chains, MASK)
+    on_hf = S.make_selector("probe_js", cfg, hf).select(chains, MASK)
     for a, b in zip(on_vllm.choices, on_hf.choices):
         torch.testing.assert_close(torch.tensor(a.scores), torch.tensor(b.scores), atol=1e-4, rtol=1e-3, equal_nan=True)
         assert a.fork == b.fork
@@ -98,9 +98,9 @@ def test_token_stats_and_the_baselines_agree_with_hf(engine, hf):
     assert torch.isnan(a.entropy).all()  # not available from the engine
     cfg = S.SelectorConfig(margin_window=(4, 64))
     for name in ("entropy", "min_margin", "first_gap"):
-        assert S.make_selector(name, cfg).select([ch], MASK, engine).forks == S.make_selector(name, cfg).select([ch], MASK, hf).forks
+        assert S.make_selector(name, cfg, engine).select([ch], MASK).forks == S.make_selector(name, cfg, hf).select([ch], MASK).forks
     with pytest.raises(ValueError, match="which VLLMBackend does not provide"):
-        S.make_selector("lens_shift", S.SelectorConfig(suffix=[11])).select([ch], MASK, engine)
+        S.make_selector("lens_shift", S.SelectorConfig(suffix=[11]), engine).select([ch], MASK)
 
 
 def test_weight_sync_changes_generation_without_a_restart(engine, checkpoint):
@@ -115,10 +115,10 @@ def test_weight_sync_changes_generation_without_a_restart(engine, checkpoint):
     prompts = [[5, 6, 7, 8], [20, 30, 40]]
     before = engine.generate(prompts, max_new_tokens=12, temperature=0.0)
     try:
-        engine.load_weights(changed.state_dict())
+        engine.load_weights(changed.state_dict().items())
         after = engine.generate(prompts, max_new_tokens=12, temperature=0.0)
         expected = HFBackend(changed).generate(prompts, max_new_tokens=12, temperature=0.0, eos_token_id=1)
         assert after == expected and after != before
     finally:
-        engine.load_weights(original.state_dict())
+        engine.load_weights(original.state_dict().items())
     assert engine.generate(prompts, max_new_tokens=12, temperature=0.0) == before

@@ -51,3 +51,14 @@ def test_cpu_engine_keeps_the_vllm_cpu_workarounds(fake):
     assert b.llm.calls == [1, 1]  # waves that fit one scheduler step
     b.sleep()
     assert b.llm.slept == []  # no sleep mode on the CPU
+
+
+def test_the_vllm_backend_conforms_and_each_engine_records_its_device(fake):
+    from bsb.engine.backend import ProbeTopK, WeightSync, capabilities, check_backend
+
+    cpu = VLLMBackend("m", dtype="float32", max_model_len=1024, device="cpu")
+    gpu = VLLMBackend("m", max_model_len=1024, device="cuda", gpu_memory_utilization=0.5)
+    assert check_backend(cpu) == [] and isinstance(cpu, WeightSync) and isinstance(cpu, ProbeTopK)
+    assert capabilities(cpu).on_cpu and not capabilities(gpu).on_cpu and not capabilities(VLLMBackend).on_cpu
+    with pytest.raises(TypeError, match=r"pass state_dict\(\)\.items\(\)"):  # one accepted type: (name, tensor) pairs
+        cpu.load_weights({"w": torch.zeros(1)})

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from bsb.eval.lag import belief_changes, lag_profile, value_jumps
+from bsb.eval.lag import jumps, lag_profile
 
 
 def _chains(shift: int, n=40, m=17, seed=0):
@@ -15,7 +15,7 @@ def _chains(shift: int, n=40, m=17, seed=0):
     out = []
     for _ in range(n):
         v = np.clip(np.cumsum(rng.choice([0.0, 0.0, 0.0, 0.5, -0.5], m)) * 0.5 + 0.5, 0, 1)
-        d = value_jumps(v) + [0.0]
+        d = jumps(v) + [0.0]
         scores = [d[j - shift] + 0.01 * rng.random() if 0 <= j - shift < len(d) else 0.0 for j in range(m)]
         out.append((scores, v.tolist()))
     return out
@@ -35,4 +35,4 @@ def test_missing_scores_and_flat_curves():
     prof = lag_profile(chains, resamples=20)
     assert prof["lags"][0]["pairs"] == 2  # boundary 1 (0.5 against the drop) and the second chain's boundary 0
     assert math.isnan(prof["lags"][0]["r"]) and prof["peak"] is None  # too few pairs for a correlation
-    assert belief_changes([0.9, 0.6, 0.6]) == pytest.approx([0.3, 0.0, math.nan], nan_ok=True)
+    assert jumps([0.9, 0.6, 0.6], score=True) == pytest.approx([0.3, 0.0, math.nan], nan_ok=True)

@@ -155,7 +155,7 @@ def _tree(loop, selector="probe_js", short=0, chains=4, siblings=2, logprobs=Fal
     backend = ServerBackend(loop, gen, read, 20, {"logprobs": logprobs})
     sel = make_selector(selector, SelectorConfig(suffix=[50, 51], top_k=5))
     try:
-        trees, times = tree_rollout([[3, 4, 5, 6]], ["p"], ["gold"], backend, sel, backend, MASK,
+        trees, times = tree_rollout([[3, 4, 5, 6]], ["p"], ["gold"], backend, sel.bound_to(backend), MASK,
                                     TreeConfig(chains, siblings, 64, max_refills=2), EOS, seed=11)
     finally:
         asyncio.run_coroutine_threadsafe(probe.close(), loop).result(5)

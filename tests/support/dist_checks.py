@@ -1,7 +1,7 @@
 """Checks of the data-parallel mechanisms, run by every rank of ``torchrun --nproc_per_node=2 dist_checks.py OUT``;
 rank r writes ``OUT/rank{r}.json`` with what it measured (the test asserts on it):
 
-* ``uneven_reads``: under :func:`full_params`, rank r runs r + 1 Lens-Shift reads of different lengths (forward
+* ``uneven_reads``: under :func:`unsharded`, rank r runs r + 1 Lens-Shift reads of different lengths (forward
   counts that differ by rank) without a collective, and they equal an unsharded copy's;
 * ``update``: :func:`update_policy` over 5 rows with micro_batch 2 (rank 0 back-propagates 3 rows in two
   micro-batches, rank 1 two rows and one empty micro-batch) gives the weights one process gets on the same rows;
@@ -20,15 +20,22 @@ import transformers
 from bsb.engine.hf_backend import HFBackend
 from bsb.train.config import TrainConfig
 from bsb.train.distributed import World
-from bsb.train.sharding import full_params, full_state_dict, shard_policy
+from bsb.train.sharding import full_state_dict, shard_policy, unsharded
 from bsb.train.update import Row, update_policy
 
 
 def tiny():
     torch.manual_seed(0)
     cfg = transformers.Qwen3Config(
-        vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, max_position_embeddings=128, tie_word_embeddings=True,
+        vocab_size=40,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
     )
     return transformers.Qwen3ForCausalLM(cfg).eval()
 
@@ -59,7 +66,7 @@ def main(out: str) -> None:
     plain = tiny()
     sharded = shard_policy(copy.deepcopy(plain), torch.device("cpu"), torch.float32)
     prefix = list(range(3, 12 + 6 * rank))
-    with full_params(sharded):
+    with unsharded(sharded):
         got = [HFBackend(sharded).lens_profiles(prefix[: 6 + j], [2, 4], [5, 6], [7, 8])[0] for j in range(rank + 1)]
     want = [HFBackend(plain).lens_profiles(prefix[: 6 + j], [2, 4], [5, 6], [7, 8])[0] for j in range(rank + 1)]
     report["uneven_reads"] = {

@@ -7,7 +7,9 @@ from bsb.engine.hf_backend import HFBackend
 from bsb.tasks.registry import make_task
 
 
-def sampled_accuracy(path, task_name: str, n: int, temperature: float = 1.0, max_new_tokens: int = 256) -> tuple[int, int]:
+def sampled_accuracy(
+    path, task_name: str, n: int, temperature: float = 1.0, max_new_tokens: int = 256
+) -> tuple[int, int]:
     """(correct, n) on the first ``n`` held-out problems, plain prompts, one draw each at ``temperature`` (top-p 1),
     request i seeded i (the HF backend's per-request streams: the same draws in any batch), in batches of 16."""
     task = make_task(task_name)

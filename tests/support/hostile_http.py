@@ -41,8 +41,14 @@ class HostileServer:
                     return
                 data += chunk
             head, _, body = data.partition(b"\r\n\r\n")
-            length = next((int(v) for k, _, v in (h.partition(b":") for h in head.split(b"\r\n")[1:])
-                           if k.strip().lower() == b"content-length"), 0)
+            length = next(
+                (
+                    int(v)
+                    for k, _, v in (h.partition(b":") for h in head.split(b"\r\n")[1:])
+                    if k.strip().lower() == b"content-length"
+                ),
+                0,
+            )
             while len(body) < length:
                 body += conn.recv(65536)
             self.requests.append(head.decode(errors="replace"))

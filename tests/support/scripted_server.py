@@ -77,7 +77,10 @@ class ScriptedServer:
                 tops.append({key(i): lp for i, lp in zip(ids, lps)})
                 seq.append(ids[0])
             choice = {"text": "", "logprobs": {"top_logprobs": tops}} if self.mode != "no_logprobs" else {"text": ""}
-            usage = {"prompt_tokens": len(prompt), "prompt_tokens_details": {"cached_tokens": min(self.cached, len(prompt))}}
+            usage = {
+                "prompt_tokens": len(prompt),
+                "prompt_tokens_details": {"cached_tokens": min(self.cached, len(prompt))},
+            }
             return web.json_response({"choices": [choice], "usage": usage})
 
         async def start():
@@ -159,8 +162,15 @@ class ScriptedTask(Task):
 
 # ---------------------------------------------------------------------------------------------- verl's side
 
-ROW = dict(raw_prompt=[{"role": "user", "content": "t5 t6 t7"}], reward_model={"ground_truth": "even"}, uid="abc123",
-           data_source="scripted", extra_info={"index": 0}, session_id=0, global_steps=3)
+ROW = dict(
+    raw_prompt=[{"role": "user", "content": "t5 t6 t7"}],
+    reward_model={"ground_truth": "even"},
+    uid="abc123",
+    data_source="scripted",
+    extra_info={"index": 0},
+    session_id=0,
+    global_steps=3,
+)
 
 
 class _Remote:
@@ -185,7 +195,9 @@ class FakeServers:
 
         self.request_ids.append(request_id)
         ids, lps = await self.gen(list(prompt_ids), dict(sampling_params))
-        return TokenOutput(token_ids=ids, log_probs=lps if sampling_params.get("logprobs") else None, extra_fields={"global_steps": 3})
+        return TokenOutput(
+            token_ids=ids, log_probs=lps if sampling_params.get("logprobs") else None, extra_fields={"global_steps": 3}
+        )
 
     async def _acquire_server(self, request_id, **extra):
         self.request_ids.append(request_id)
@@ -224,7 +236,9 @@ def judge_server(script: JudgeScript):
                 payload = b"server error"
             else:
                 choice = {"message": {"role": "assistant", "content": text}} if "messages" in body else {"text": text}
-                payload = json.dumps({"choices": [choice], "usage": {"prompt_tokens": 100, "completion_tokens": 20}}).encode()
+                payload = json.dumps(
+                    {"choices": [choice], "usage": {"prompt_tokens": 100, "completion_tokens": 20}}
+                ).encode()
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

@@ -40,9 +40,9 @@ class UserLast(Selector):
         CALLS["score"] += 1
         return [float(j) for j in range(len(pool.positions))], 0
 
-    def select(self, chains, newline_mask, backend=None, seed=None, indices=None) -> Selection:
+    def select(self, chains, newline_mask, *, seed=None, indices=None) -> Selection:
         CALLS["select"] += 1
-        out = super().select(chains, newline_mask, backend, seed)
+        out = super().select(chains, newline_mask, seed=seed, indices=indices)
         PICKS.extend((tuple(chain.response), tuple(c.pool.positions), c.fork) for chain, c in zip(chains, out.choices))
         return out
 

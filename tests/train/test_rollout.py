@@ -3,7 +3,9 @@ cannot fork, siblings continuing the chosen prefix."""
 
 import torch
 
+from bsb.engine.backend import Capabilities, ChainResults
 from bsb.engine.selectors import SelectorConfig, make_selector
+from bsb.kernels.reference import topk_logprobs
 from bsb.train.rollout import TreeConfig, flat_rollout, tree_rollout
 
 EOS, NL = 1, 7
@@ -29,7 +31,7 @@ def test_every_prompt_emits_m_times_1_plus_k_leaves_and_unforkable_chains_are_re
     backend = Scripted(roots)
     cfg = TreeConfig(chains=2, siblings=2, max_response=20, max_refills=2)
     trees, times = tree_rollout([[2, 3], [2, 4]], ["a", "b"], ["1", "1"], backend, make_selector("midpoint", SelectorConfig()),
-                                None, MASK, cfg, EOS, seed=0)
+                                MASK, cfg, EOS, seed=0)
     for tree in trees:
         assert len(tree.leaves) == 2 * (1 + 2)
     a, b = trees
@@ -49,3 +51,21 @@ def test_flat_rollout_groups():
     backend = Scripted([[5, EOS]] * 6)
     trees, _ = flat_rollout([[2, 3], [2, 4]], ["a", "b"], ["1", "1"], backend, group_size=3, max_response=8, eos_id=EOS, seed=0)
     assert [len(t.leaves) for t in trees] == [3, 3] and all(leaf.prefix_len == 0 for t in trees for leaf in t.leaves)
+
+
+class CachedReads:
+    """A top-k reader that reports, per chain, its read positions' prefixes as served from its cache."""
+
+    capabilities = Capabilities(generate=False, belief_topk=True)
+
+    def probe_topk(self, asks, suffix, read_len=1, k=20, seeds=None):
+        out = [(*topk_logprobs(torch.randn(len(cuts), 1, 16), k), len(cuts)) for _, cuts in asks]
+        return ChainResults(out, cached=[sum(cuts) for _, cuts in asks])
+
+
+def test_the_cached_read_tokens_are_what_the_selections_report():
+    good = [5, 5, NL, 6, 6, NL, 4, 4, EOS]  # candidates 3 and 6: read at 2 + 3 and 2 + 6 after the 2-token prompt
+    sel = make_selector("probe_js", SelectorConfig(suffix=[11], top_k=4), CachedReads())
+    _, times = tree_rollout([[2, 3], [2, 4]], ["a", "b"], ["1", "1"], Scripted([good] * 4), sel, MASK,
+                            TreeConfig(chains=2, siblings=1, max_response=20), EOS, seed=0)
+    assert times.probe_cached == 4 * (5 + 8)

@@ -27,7 +27,7 @@ if __name__ == "__main__":
     rows = tr.run()
     print(json.dumps({"engine": type(tr.backend).__name__, "before": before, "after": greedy(tr.backend), "policy": greedy(tr.hf),
                       "steps": [r["step"] for r in rows], "tokens": rows[-1]["tokens_generated"],
-                      "reads": type(tr.ctx.reads).__name__}))
+                      "reads": type(tr.selector.reader).__name__}))
 """
 
 

@@ -73,7 +73,7 @@ def test_reads_of_an_hf_rollout_come_from_its_kept_kv_and_choose_the_packed_read
     assert tr.hf.keep_kv and tr.backend is tr.hf
     _, kept = rollout(tr)
     assert tr.hf._kept is not None  # the siblings' generation left its keys (the trainer drops them after the rollout)
-    tr.hf.keep_kv = False
+    tr.hf.keep_kv_for_reads(False)
     _, packed = rollout(tr)
     assert [t.fork_positions for t in kept.trees] == [t.fork_positions for t in packed.trees]
     assert kept.times.probe_cached > 0 and packed.times.probe_cached == 0

@@ -29,14 +29,13 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import torch
 
+from bsb.engine.web_client import MAX_REPLY_BYTES
+
 log = logging.getLogger(__name__)
 
 
 class ProbeError(RuntimeError):
     """A probe read failed (server unreachable, HTTP error, a reply without the asked log-probs)."""
-
-
-MAX_REPLY_BYTES = 8 * 2**20  # a probe reply is a few KB; anything near this is not a vLLM server's
 
 
 def _best(entries: Sequence[tuple[int, float]], k: int) -> tuple[list[float], list[int]]:

@@ -43,6 +43,9 @@ class ServerBackend:
             tuple[tuple[int, ...], tuple[int, ...]], list[float]
         ] = {}  # (request prompt, response) -> log-probs
 
+    def close(self) -> None:
+        """Nothing to release: the servers and the event loop belong to verl's agent loop."""
+
     def _wait(self, make):
         """Run the coroutine ``make()`` on the agent loop's event loop and wait for it (from a worker thread)."""
         try:

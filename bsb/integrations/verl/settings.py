@@ -9,11 +9,14 @@ cannot yield M(1+k) leaves, a task that does not build, and the verl switches th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 from bsb.engine.backend import CAPABILITY_HELP
+from bsb.engine.boundaries import MIN_FORK_TOKENS, MIN_TAIL
 from bsb.engine.probe import ProbeConfig
 from bsb.engine.selectors import SELECTORS
+from bsb.fields import help_field as _f
+from bsb.fields import value_problems
 from bsb.integrations.verl.server_backend import ServerBackend
 from bsb.train.advantages import GRPO_STDS
 from bsb.train.rollout import TreeConfig
@@ -49,23 +52,29 @@ class BsbSettings(ProbeConfig):
     """bsb's options under ``bsb:`` in the verl config (the paper's App. A defaults): the probe and candidate options
     of :class:`~bsb.engine.probe.ProbeConfig` (``bsb.top_k``, ``bsb.read_len``, ...) and the fields below."""
 
-    task: str = "math"  # a bsb task name or package.module:Class: the verifier, probe suffix and L
-    task_options: dict = field(default_factory=dict)
-    selector: str = "probe_js"  # one of SERVER_SELECTORS
-    chains: int = 4  # M, root chains per prompt
-    siblings: int = 2  # k, continuations per fork
-    max_refills: int = 2  # rounds of fresh roots for chains that cannot fork
-    probe_endpoint: str = "completions"  # completions (rides the prefix cache) | prompt_logprobs (fallback, skips it)
-    probe_timeout_s: float = 120.0
-    overlong_buffer: int = 0  # DAPO's soft overlong penalty buffer in tokens (0: off)
-    overlong_factor: float = 1.0
-    prefix_beta: float = 0.0  # bsb_prefix_credit: max-backup bonus β
-    prefix_alpha: float = 0.5  # bsb_prefix_credit: continuation mix α
-    clamped_prefix: bool = False  # bsb_prefix_credit: one-sided prefix clamping
-    grpo_std: str = "population"  # bsb_prefix_credit's σ_R: population | sample (bsb train's grpo_std)
-    zero_cont_token_mass: bool = False  # centre continuation advantages to zero signed token mass
-    seed: int = 0  # base seed of roots, probes and siblings (each tree derives its own from its uid)
-    threads: int = 64  # trees built at once per agent-loop worker (each waits on the servers in a thread)
+    task: str = _f("math", "a bsb task name or package.module:Class: the verifier, probe suffix and L")
+    task_options: dict = _f({}, "the task's options")
+    selector: str = _f("probe_js", "one of SERVER_SELECTORS")
+    chains: int = _f(4, "M, root chains per prompt")
+    siblings: int = _f(2, "k, continuations per fork")
+    max_refills: int = _f(2, "rounds of fresh roots for chains that cannot fork", ge=0)
+    probe_endpoint: str = _f(
+        "completions",
+        "completions (rides the prefix cache) | prompt_logprobs (fallback, skips it)",
+        choices=PROBE_ENDPOINTS,
+    )
+    probe_timeout_s: float = _f(120.0, "seconds a probe request may take", gt=0)
+    overlong_buffer: int = _f(0, "DAPO's soft overlong penalty buffer in tokens (0: off)", ge=0)
+    overlong_factor: float = _f(1.0, "DAPO's overlong penalty factor", ge=0)
+    prefix_beta: float = _f(0.0, "bsb_prefix_credit: max-backup bonus β", ge=0, le=1)
+    prefix_alpha: float = _f(0.5, "bsb_prefix_credit: continuation mix α", ge=0, le=1)
+    clamped_prefix: bool = _f(False, "bsb_prefix_credit: one-sided prefix clamping")
+    grpo_std: str = _f(
+        "population", "bsb_prefix_credit's σ_R: population | sample (bsb train's grpo_std)", choices=GRPO_STDS
+    )
+    zero_cont_token_mass: bool = _f(False, "centre continuation advantages to zero signed token mass")
+    seed: int = _f(0, "base seed of roots, probes and siblings (each tree derives its own from its uid)")
+    threads: int = _f(64, "trees built at once per agent-loop worker (each waits on the servers in a thread)", ge=1)
 
     @classmethod
     def from_mapping(cls, section: Mapping) -> BsbSettings:
@@ -79,7 +88,9 @@ class BsbSettings(ProbeConfig):
         return cls(**values)
 
     def problems(self) -> list[str]:
-        out = [f"bsb.{problem}" for problem in self.probe_problems()]
+        """Every invalid setting, one message each (empty: valid): the fields' facts, the probe's rules, the
+        selector's reach through verl's servers, the tree's shape."""
+        out = [f"bsb.{problem}" for problem in value_problems(self) + self.probe_problems()]
         out += [
             f"bsb.{name} has no effect through verl (no server-readable selector reads it): remove it"
             for name in UNUSED_ON_VERL
@@ -99,25 +110,11 @@ class BsbSettings(ProbeConfig):
             TreeConfig(self.chains, self.siblings)
         except ValueError as err:
             out.append(f"bsb tree: {err}: a tree needs M >= 1 roots and k >= 1 siblings to yield M(1+k) leaves")
-        if self.max_refills < 0:
-            out.append(f"bsb.max_refills must be >= 0, got {self.max_refills}")
         if selector is not None and 1 <= self.max_candidates < selector.min_candidates:
             out.append(
                 f"bsb.max_candidates must be >= {selector.min_candidates} for {self.selector} to choose, "
                 f"got {self.max_candidates}"
             )
-        if self.probe_endpoint not in PROBE_ENDPOINTS:
-            out.append(f"bsb.probe_endpoint must be one of {', '.join(PROBE_ENDPOINTS)}, got {self.probe_endpoint!r}")
-        if self.overlong_buffer < 0 or self.overlong_factor < 0:
-            out.append("bsb.overlong_buffer and bsb.overlong_factor must be >= 0")
-        if self.grpo_std not in GRPO_STDS:
-            raise ValueError(f"bsb.grpo_std must be one of {', '.join(GRPO_STDS)}, got {self.grpo_std!r}")
-        if not (0 <= self.prefix_beta <= 1 and 0 <= self.prefix_alpha <= 1):
-            out.append(
-                f"bsb.prefix_beta and bsb.prefix_alpha must be in [0, 1], got {self.prefix_beta}, {self.prefix_alpha}"
-            )
-        if self.threads < 1 or self.probe_timeout_s <= 0:
-            out.append("bsb.threads must be >= 1 and bsb.probe_timeout_s > 0")
         return out
 
 
@@ -157,8 +154,11 @@ def check_config(cfg: Mapping, build_task: bool = True) -> BsbSettings:
             f"raise {rollout}.engine_kwargs.vllm.max_logprobs"
         )
     response = _get(cfg, f"{rollout}.response_length")
-    if response is not None and int(response) < 3:
-        problems.append(f"{rollout}.response_length={response}: a fork needs a prefix and a 2-token tail (>= 3)")
+    if response is not None and int(response) < MIN_FORK_TOKENS:
+        problems.append(
+            f"{rollout}.response_length={response}: a fork needs a prefix and a {MIN_TAIL}-token tail "
+            f"(>= {MIN_FORK_TOKENS})"
+        )
     checks = [
         (f"{rollout}.n", 1, "one agent-loop call builds one prompt's whole tree of M(1+k) leaves"),
         (f"{rollout}.agent.default_agent_loop", AGENT_LOOP, "the tree rollout is the bsb_tree agent loop"),

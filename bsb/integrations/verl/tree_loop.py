@@ -51,7 +51,7 @@ class TreeKit:
 
     settings: BsbSettings
     task: Task
-    selector: Selector  # shared by the worker's trees: select() changes no state
+    selector: Selector  # the worker's, unbound: each tree reads through its own copy bound to its backend
     newline: torch.Tensor
     eos: int
     max_logprobs: int
@@ -174,8 +174,7 @@ class BsbTreeAgentLoop(AgentLoopBase):
                 [problem.id],
                 [problem.answer],
                 backend,
-                kit.selector,
-                backend,
+                kit.selector.bound_to(backend),
                 kit.newline,
                 tcfg,
                 kit.eos,

@@ -19,7 +19,7 @@ import threading
 import time
 from urllib.parse import urlsplit
 
-MAX_REPLY_BYTES = 8 * 2**20
+MAX_REPLY_BYTES = 8 * 2**20  # a judge's or a probe's reply is a few KB; anything near this is no LLM server's
 
 
 class HTTPFailure(Exception):

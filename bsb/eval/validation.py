@@ -1,0 +1,154 @@
+"""Selectors against Monte-Carlo value curves ([Fork] §4): a chain's ``curves.jsonl`` row (its V*, the DP floor, and
+every selector's scores, top-B, error and fallback) and the summary over the rows that ``bsb validate`` reports: mean
+E with its standard error over the non-flat chains, the floor, the ranking, the flip mass each top-B captures, and the
+lag diagnostic of every score.
+
+A selector that cannot score a chain (no committed answer for Lens-Shift, no finite score) ranks its boundaries by
+closeness to the midpoint, the engine's Midpoint scores, and the row counts the fallback."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from bsb.engine.boundaries import CandidatePool
+from bsb.engine.selectors import CannotScore, ChainInput, midpoint_scores
+from bsb.eval.flip_mass import flip_mass
+from bsb.eval.lag import jumps, lag_profile
+from bsb.eval.reconstruction import is_flat, oracle_floor, reconstruction_error, top_b
+from bsb.eval.value_curve import answer_belief
+
+
+def boundary_scores(sel, chain: ChainInput, pool: CandidatePool, reads, index: int, seed: int):
+    """Per-boundary scores of ``sel`` and whether it fell back to the midpoint ranking."""
+    try:
+        scores, _ = sel.score(chain, pool, reads, index, seed)
+    except CannotScore:
+        return midpoint_scores(pool), True
+    if all(isinstance(s, float) and math.isnan(s) for s in scores):
+        return midpoint_scores(pool), True
+    return [float(s) for s in scores], False
+
+
+def curve_row(
+    session,
+    i: int,
+    response: list[int],
+    cuts,
+    v_star: list[float],
+    selectors: dict,
+    store,
+    *,
+    b: int,
+    n_mc: int,
+    seed: int,
+) -> dict:
+    """The ``curves.jsonl`` row of problem ``i`` of ``session``: its V* at ``cuts``, the DP floor of ``b`` points, every
+    selector's scores, top-B, error and fallback, and the answers of the first two completions at each boundary (the
+    fork contrast's siblings, from ``store``)."""
+    p = session.problems[i]
+    text = session.decode(response)
+    chain = ChainInput(session.prompts[i], response, answer=session.answer_ids(text))
+    pool = CandidatePool(list(cuts), "newline", len(response))
+    floor, best = oracle_floor(v_star, min(b, len(v_star)))
+    row = {
+        "id": p.id,
+        "prompt": p.prompt,
+        "gold": p.answer,
+        "response": response,
+        "text": text,
+        "cuts": list(cuts),
+        "v_star": v_star,
+        "flat": is_flat(v_star),
+        "scores": {},
+        "top_b": {},
+        "error": {},
+        "fallback": {},
+        "b": b,
+        "floor": floor,
+        "floor_points": best,
+    }
+    for name, sel in selectors.items():
+        s, fb = boundary_scores(sel, chain, pool, session.hf, i, seed)
+        kept = top_b(s, b)
+        row["scores"][name] = [None if math.isnan(x) else x for x in s]
+        row["top_b"][name], row["fallback"][name] = kept, fb
+        row["error"][name] = reconstruction_error(v_star, kept)
+    row["siblings"] = [[store.answers.get((p.id, c, j), "") for j in range(min(2, n_mc))] for c in cuts]
+    return row
+
+
+@dataclass
+class Summary:
+    """The selectors over every chain's row; errors, the floor and flip mass over the non-flat chains only (every
+    selector scores 0 on a flat one)."""
+
+    names: list[str]
+    chains: int  # every row
+    live: list[dict]  # the non-flat rows
+    mean_error: dict[str, float]
+    sem: dict[str, float]
+    floor: float  # mean DP floor
+    ranking: list[str]  # by mean E, lowest first (empty when every curve is flat)
+    b_over_m: float  # median share of a chain's boundaries kept
+    whole: int  # non-flat chains whose every boundary B keeps
+    captured: dict[str, float]  # share of the total flip mass the top-B re-rolls
+    fallbacks: dict[str, int]  # chains ranked by the midpoint instead
+
+
+def summarize(curves: list[dict], names: list[str]) -> Summary:
+    live = [r for r in curves if not r["flat"]]
+    mean_e = {n: float(np.mean([r["error"][n] for r in live])) if live else math.nan for n in names}
+    sem = {
+        n: float(np.std([r["error"][n] for r in live]) / math.sqrt(len(live))) if len(live) > 1 else 0.0 for n in names
+    }
+    total_flip = sum(flip_mass(r["v_star"], range(len(r["v_star"]))) for r in live)
+    return Summary(
+        names=list(names),
+        chains=len(curves),
+        live=live,
+        mean_error=mean_e,
+        sem=sem,
+        floor=float(np.mean([r["floor"] for r in live])) if live else math.nan,
+        ranking=sorted(names, key=lambda n: mean_e[n]) if live else [],
+        b_over_m=float(np.median([r["b"] / len(r["cuts"]) for r in live])) if live else math.nan,
+        whole=sum(len(r["cuts"]) <= r["b"] for r in live),
+        captured={
+            n: sum(flip_mass(r["v_star"], r["top_b"][n]) for r in live) / total_flip if total_flip else math.nan
+            for n in names
+        },
+        fallbacks={n: sum(r["fallback"][n] for r in curves) for n in names},
+    )
+
+
+def gold_beliefs(session, live: list[dict], suffix) -> dict[str, list[float]]:
+    """By row id: the probe's belief in the gold answer (as the task continues ``suffix`` with it) at each cut."""
+    first = {}
+    for i, p in enumerate(session.problems):
+        first.setdefault(p.id, i)
+    return {
+        r["id"]: answer_belief(
+            session.hf,
+            session.prompts[first[r["id"]]],
+            r["response"],
+            r["cuts"],
+            suffix,
+            session.gold_ids(session.problems[first[r["id"]]]),
+        )
+        for r in live
+    }
+
+
+def lag_profiles(live: list[dict], beliefs: dict, names: list[str], seed: int) -> dict:
+    """The lag diagnostic of the probe belief's own moves (``beliefs``: by row id, the belief in the gold answer at
+    each cut) and of every selector's scores, over the non-flat rows."""
+    lags = {"belief": lag_profile([(jumps(beliefs[r["id"]], score=True), r["v_star"]) for r in live], seed=seed)}
+    lags.update({n: lag_profile([(r["scores"][n], r["v_star"]) for r in live], seed=seed) for n in names})
+    return lags
+
+
+def moving_most(live: list[dict], k: int) -> list[dict]:
+    """The ``k`` rows whose V* moves most (the largest total flip mass; the case plots' chains)."""
+    return sorted(live, key=lambda r: -flip_mass(r["v_star"], range(len(r["v_star"]))))[:k]

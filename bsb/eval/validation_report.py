@@ -1,0 +1,111 @@
+"""What ``bsb validate`` shows of its :class:`~bsb.eval.validation.Summary`: the selectors' table (one builder of the
+rows for the console and for ``table.md``: best ★ on the console, **bold** and second _italic_ in Markdown), the
+warnings about B, the fork contrast's line and the lag diagnostic's rows."""
+
+from __future__ import annotations
+
+import math
+
+from bsb.eval import table
+from bsb.eval.validation import Summary
+
+COLUMNS = ("selector", "mean E", "± s.e.", "excess over floor", "fallbacks", "flip mass captured")
+MARKS = ("**", "_")  # Markdown marks of the first and second ranked
+
+
+def title(s: Summary, label: str, b_text: str, n_mc: int, skipped: int) -> str:
+    """``label``: the model; ``b_text``: B as configured; ``skipped``: chains without a newline boundary."""
+    return (
+        f"{label}: {len(s.live)} non-flat of {s.chains} chains ({skipped} without a newline boundary), "
+        f"{b_text}, B/m={s.b_over_m:.2f} (median), N_MC={n_mc}"
+    )
+
+
+def selector_rows(s: Summary) -> list[tuple[str, int | None, list[str]]]:
+    """Per selector: its name, its rank when first or second (else None), and its cells after the name."""
+    rank = {n: i for i, n in enumerate(s.ranking[: len(MARKS)])}
+    return [
+        (
+            n,
+            rank.get(n),
+            [
+                f"{s.mean_error[n]:.3f}",
+                f"{s.sem[n]:.3f}",
+                f"{s.mean_error[n] - s.floor:.3f}",
+                str(s.fallbacks[n]),
+                f"{s.captured[n]:.2f}",
+            ],
+        )
+        for n in s.names
+    ]
+
+
+def rich_table(s: Summary, title_text: str):
+    rows = [[("★ " if r == 0 else "") + n, *cells] for n, r, cells in selector_rows(s)]
+    return table.rich_table(COLUMNS, rows, title=title_text)
+
+
+def markdown(s: Summary, title_text: str, contrast: dict, lags: dict) -> str:
+    """The whole ``table.md``: the selectors' table with the DP floor, the fork contrast and the lag diagnostic."""
+    rows = []
+    for n, r, cells in selector_rows(s):
+        mark = MARKS[r] if r is not None else ""
+        rows.append([n, f"{mark}{cells[0]}{mark}", *cells[1:]])
+    lines = [f"# {title_text}", "", *table.markdown(COLUMNS, rows)]
+    lines.append(f"| oracle floor (DP) | {s.floor:.3f} | | 0 | | |")
+    tercile = ", ".join(f"{k} {v:.3f}" for k, v in contrast.get("disagreement_by_js_tercile", {}).items())
+    lines += [
+        "",
+        f"Fork contrast (App. D): sibling agreement {contrast['sibling_agreement']:.3f} "
+        f"over {contrast['pairs']} pairs; disagreement by Probe-JS tercile: " + (tercile or "none"),
+        "",
+        *lag_rows(lags),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def warnings(s: Summary) -> list[str]:
+    """Why the selectors may not separate on these chains: B keeps every boundary of some, or most of each."""
+    out = []
+    if s.whole:
+        out.append(
+            f"B keeps every boundary of {s.whole} of {len(s.live)} non-flat chains: any selector that "
+            "ranks them all scores E=0 there; a smaller --b separates the selectors"
+        )
+    if s.b_over_m > 0.2:
+        out.append(
+            f"B/m = {s.b_over_m:.2f} (median): most of each V* curve is kept, so evenly spaced points are "
+            "near-optimal and selectors cannot separate; the paper keeps 10 of up to 128 (B/m ≈ 0.08): "
+            "--b-ratio 0.08 with longer chains matches it"
+        )
+    return out
+
+
+def contrast_line(contrast: dict) -> str:
+    """The fork contrast as the console shows it."""
+    line = f"fork contrast: siblings agree on {contrast['sibling_agreement']:.2f} of {contrast['pairs']} boundary forks"
+    if "disagreement_by_js_tercile" in contrast:
+        by = contrast["disagreement_by_js_tercile"]
+        line += "; disagreement by Probe-JS tercile (bottom/middle/top): " + " / ".join(
+            f"{by[t]:.2f}" for t in ("bottom", "middle", "top")
+        )
+    return line
+
+
+def lag_rows(lags: dict) -> list[str]:
+    """The lag diagnostic as Markdown rows: each score's pooled correlation at every lag, and its peak."""
+    order = sorted(next(iter(lags.values()))["lags"]) if lags else []
+    rows = []
+    for name, prof in lags.items():
+        cells = [
+            f"{x['r']:.2f} [{x['lo']:.2f}, {x['hi']:.2f}]" if not math.isnan(x["r"]) else "n/a"
+            for x in (prof["lags"][k] for k in order)
+        ]
+        rows.append([name, *cells, f"{prof['peak']:+d}" if prof["peak"] is not None else "none"])
+    return [
+        "Lag diagnostic: correlation of the score at boundary j + lag with |V*(t_{j+1}) − V*(t_j)|, pooled over the "
+        "non-flat chains [95% bootstrap over chains]; fork-before assumes the peak at lag 0 (peak: the largest "
+        "correlation positive beyond its interval; none: the score does not mark the pivots).",
+        "",
+        *table.markdown(["score", *(f"lag {k:+d}" for k in order), "peak"], rows),
+    ]

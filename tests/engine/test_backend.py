@@ -1,0 +1,92 @@
+"""The backend protocols: bsb's backends conform to what they declare, a plug-in backend can check itself, a declared
+capability without its methods is refused at bind, and each instance records its own facts (on_cpu)."""
+
+import asyncio
+
+import pytest
+import torch
+
+from bsb.engine import backend as B
+from bsb.engine.hf_backend import HFBackend
+from bsb.engine.selectors import SelectorConfig, make_selector
+from bsb.integrations.verl.server_backend import ServerBackend
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def hf():
+    cfg = transformers.Qwen3Config(vocab_size=61, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
+                                   num_key_value_heads=1, head_dim=32, max_position_embeddings=256, eos_token_id=1, pad_token_id=0)
+    torch.manual_seed(0)
+    return HFBackend(transformers.AutoModelForCausalLM.from_config(cfg))
+
+
+def test_the_hf_backend_conforms_to_every_protocol_it_declares(hf):
+    assert B.check_backend(hf) == []
+    caps = B.capabilities(hf)
+    assert caps.reuses_kv and caps.white_box and caps.on_cpu  # built on a CPU model: its own record says so
+    assert not B.capabilities(HFBackend).on_cpu  # the class declares what any instance can serve, not where it runs
+    for protocol in (B.Backend, B.Generates, B.ProbeLogits, B.TokenStatsReader, B.WhiteBox, B.KVReuse):
+        assert isinstance(hf, protocol), protocol.__name__
+    assert not isinstance(hf, B.WeightSync) and not isinstance(hf, B.ProbeTopK)
+
+
+def test_the_verl_server_backend_conforms():
+    loop = asyncio.new_event_loop()
+    try:
+        server = ServerBackend(loop, generate=None)
+        assert B.check_backend(server) == []
+        assert isinstance(server, B.ProbeTopK) and isinstance(server, B.Generates) and not isinstance(server, B.WhiteBox)
+        assert server.close() is None  # nothing to release: a no-op
+    finally:
+        loop.close()
+
+
+class Declares:
+    """A plug-in backend that declares top-k beliefs but has no probe_topk, and no close()."""
+
+    capabilities = B.Capabilities(generate=False, belief_topk=True)
+
+
+def test_a_plugin_backend_learns_what_it_lacks():
+    problems = B.check_backend(Declares())
+    assert any("no close()" in p for p in problems) and any("lacks the methods of ProbeTopK" in p for p in problems)
+    assert B.check_backend(object()) == ["object is not a bsb backend: it declares no `capabilities: Capabilities` "
+                                         "(see bsb.engine.backend)"]
+    with pytest.raises(B.BackendError, match="declares belief_topk but lacks the methods of ProbeTopK"):
+        make_selector("probe_js", SelectorConfig(suffix=[3]), Declares())  # refused at bind, not mid-rollout
+
+
+def test_capabilities_name_every_field_and_refuse_unknown_ones():
+    caps = B.Capabilities(belief_topk=True, on_cpu=True)
+    assert caps.has("on_cpu") and not caps.has("reuses_kv") and caps.names() == ["generate", "belief_topk", "on_cpu"]
+    assert set(B.CAPABILITY_HELP) == {f for f in B.Capabilities.__dataclass_fields__}
+    assert set(B.PROTOCOLS) == set(B.CAPABILITY_HELP) - {"on_cpu"}
+    with pytest.raises(ValueError, match="unknown capability 'beliefs'"):
+        caps.has("beliefs")
+
+
+def test_chain_results_carry_what_each_chain_took_from_a_cache():
+    got = B.ChainResults([("a", 1), ("b", 2)], cached=[5, 0])
+    assert got == [("a", 1), ("b", 2)] and got.cached == [5, 0] and B.cached_tokens(got) == [5, 0]
+    assert B.ChainResults([1, 2]).cached == [0, 0] and B.cached_tokens([("a", 1)]) == [0]  # a plain list: none
+    with pytest.raises(ValueError, match="1 cached-token counts for 2 chains"):
+        B.ChainResults([1, 2], cached=[3])
+
+
+def test_the_backend_names_are_the_rollout_backends():
+    from bsb.engine.vllm_backend import rollout_backend
+
+    assert B.BACKEND_NAMES == ("auto", "vllm", "hf")
+    with pytest.raises(ValueError, match="backend must be one of auto, vllm, hf, got 'tgi'"):
+        rollout_backend("tgi", "path", None, 64)
+
+
+def test_engine_max_len_leaves_room_for_a_probe_after_a_whole_response():
+    from bsb.engine.vllm_backend import engine_max_len
+
+    assert engine_max_len(512, 256, 9, 1) == 512 + 256 + 9 + 1
+    assert engine_max_len(100, 50, 20, 16) == 186  # a code probe: L = 16 read tokens after the suffix
+    with pytest.raises(ValueError, match=">= 0"):
+        engine_max_len(100, -1, 5, 1)

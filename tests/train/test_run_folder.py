@@ -1,0 +1,170 @@
+"""The run folder consistent across any crash (bsb.train.run_folder): files swapped in whole, a checkpoint that cannot
+be this run's an error naming the file, a full disk one line."""
+
+import errno
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bsb.embedded.model import TinyConfig, train_tiny_model
+from bsb.train.config import TrainConfig
+from bsb.train.run_folder import swap_in
+from bsb.train.sharding import Placement
+from bsb.train.trainer import Trainer
+
+SMALL = TinyConfig(steps=40, batch=8, hidden=64, layers=1, max_operand=3, ops=(1, 2))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A two-step run's folder (checkpoint at step 2, metrics rows 0-2), copied fresh by :func:`run`."""
+    model = str(train_tiny_model(SMALL, tmp_path_factory.mktemp("tiny"), progress=False))
+    out = tmp_path_factory.mktemp("run") / "run"
+    Trainer(config(model, out)).run()
+    return model, out
+
+
+def config(model, out, **kw):
+    base = dict(
+        model=model,
+        backend="hf",
+        steps=2,
+        prompts_per_step=2,
+        gen_prompts=2,
+        chains=2,
+        siblings=1,
+        max_response_len=48,
+        overlong_buffer=8,
+        val_problems=4,
+        val_every=1,
+        save_every=1,
+        out_dir=str(out),
+        task="arith",
+        task_options=dict(ops=[1], max_operand=3),
+        progress=False,
+        dynamic_sampling=False,
+    )
+    return TrainConfig(**{**base, **kw})
+
+
+@pytest.fixture
+def run(trained, tmp_path):
+    model, source = trained
+    out = tmp_path / "run"
+    shutil.copytree(source, out)
+    return model, out
+
+
+def test_swap_in_replaces_a_file_or_a_folder_whole(tmp_path):
+    dest, tmp = tmp_path / "f", tmp_path / "f.part"
+    dest.write_text("old")
+    tmp.write_text("new")
+    swap_in(tmp, dest)
+    assert dest.read_text() == "new" and not tmp.exists()
+    folder, new = tmp_path / "d", tmp_path / "d.tmp"
+    folder.mkdir()
+    (folder / "a").write_text("old")
+    new.mkdir()
+    (new / "b").write_text("new")
+    swap_in(new, folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["b"] and not new.exists()
+    assert not (tmp_path / "d.old").exists()
+
+
+def test_a_checkpoint_without_state_json_is_an_error_not_a_silent_restart(run):
+    model, out = run
+    (out / "checkpoint" / "state.json").unlink()
+    before = (out / "metrics.jsonl").read_text()
+    with pytest.raises(ValueError, match=r"checkpoint: holds no state.json"):
+        Trainer(config(model, out, steps=3))
+    assert (out / "metrics.jsonl").read_text() == before  # nothing rewritten
+    assert Trainer(config(model, out, steps=3), resume=False).step == 0  # --no-resume starts over on purpose
+
+
+def test_a_checkpoint_step_beyond_its_metrics_is_an_error(run):
+    model, out = run
+    state_path = out / "checkpoint" / "state.json"
+    state = json.loads(state_path.read_text())
+    state_path.write_text(json.dumps({**state, "step": 99999, "active_steps": 0}))
+    with pytest.raises(ValueError, match=r"state.json: step 99999 is beyond .*metrics.jsonl \(last row: step 2\)"):
+        Trainer(config(model, out, steps=100000))
+    state_path.write_text(json.dumps(state))
+    (out / "metrics.jsonl").unlink()
+    with pytest.raises(ValueError, match=r"step 2 is beyond .*metrics.jsonl \(last row: none\)"):
+        Trainer(config(model, out, steps=3))
+
+
+def test_a_state_without_checksums_is_an_error(run):
+    model, out = run
+    state_path = out / "checkpoint" / "state.json"
+    state = json.loads(state_path.read_text())
+    del state["checksums"]
+    state_path.write_text(json.dumps(state))
+    with pytest.raises(ValueError, match="records no checksums"):
+        Trainer(config(model, out, steps=3))
+
+
+def test_a_crash_while_the_resume_rewrites_metrics_loses_no_row(run, monkeypatch):
+    """The resume drops rows after the checkpoint; the file is written beside and swapped in, so a crash inside the
+    write leaves every row (it used to leave the file cut)."""
+    model, out = run
+    metrics = out / "metrics.jsonl"
+    rows = metrics.read_text()
+    metrics.write_text(rows + json.dumps({"step": 3, "loss": 1.0}) + "\n")  # a row after the checkpoint (step 2)
+    real = Path.write_text
+
+    def crash(self, text, *a, **kw):
+        if self.name.startswith("metrics.jsonl"):
+            real(self, text[: len(text) // 2], *a, **kw)
+            raise KeyboardInterrupt("killed while writing")
+        return real(self, text, *a, **kw)
+
+    monkeypatch.setattr(Path, "write_text", crash)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config(model, out, steps=3))
+    monkeypatch.undo()
+    assert [json.loads(x)["step"] for x in metrics.read_text().splitlines()] == [0, 1, 2, 3]
+    assert Trainer(config(model, out, steps=3)).step == 2
+    assert [json.loads(x)["step"] for x in metrics.read_text().splitlines()] == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        RuntimeError("[enforce fail at inline_container.cc:595] . unexpected pos 64"),
+        OSError(errno.ENOSPC, "No space left on device"),
+    ],
+)
+def test_a_full_disk_while_saving_is_one_error_naming_the_folder(run, monkeypatch, failure):
+    model, out = run
+    tr = Trainer(config(model, out, steps=3))
+    before = (out / "checkpoint" / "state.json").read_text()
+
+    def save(self, optimizer, folder, tokenizer):
+        (folder / "model").mkdir()
+        (folder / "model" / "half.safetensors").write_bytes(b"x" * 100)
+        raise failure
+
+    monkeypatch.setattr(Placement, "save", save)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10 << 30, 10 << 30, 0))
+    with pytest.raises(OSError) as err:
+        tr.save()
+    assert err.value.errno == errno.ENOSPC
+    assert (
+        str(out) in str(err.value)
+        and "0 MiB free" in str(err.value)
+        and "MiB (the size of the last one)" in str(err.value)
+    )
+    assert (out / "checkpoint" / "state.json").read_text() == before and not (out / "checkpoint.tmp").exists()
+    tr.close()
+
+
+def test_other_failures_while_saving_are_not_taken_for_a_full_disk(run, monkeypatch):
+    model, out = run
+    tr = Trainer(config(model, out, steps=3))
+    monkeypatch.setattr(Placement, "save", lambda *a: (_ for _ in ()).throw(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):
+        tr.save()
+    tr.close()
