@@ -1,51 +1,111 @@
 #!/usr/bin/env bash
-# Every GPU check in one script, in stages, each under its own time limit and each writing its results into OUTDIR as
-# soon as it finishes (a stage cut off by its limit loses only its own unfinished rows):
-#   env         the machine, the versions                                   -> env.txt
-#   compile     every Triton kernel for sm_90a: registers, spills, wgmma      -> sm90.md, sm90.json
-#   tests       the GPU tests (Triton kernels against the reference)         -> gpu_tests.log
-#   kernels     benchmarks: CUDA events over inputs rotated through 4x L2,   -> gpu-*.md/.json/.csv (rows written as
-#               with the copy bandwidth and bf16 matmul rate measured too       they are measured)
-#   e2e         a Qwen3-0.6B-shaped random model in bf16: packed vs naive     -> gpu_e2e.json (appended per measurement)
-#               reads, the read share of a tree RLVR step, training log-prob memory
-#   train       2 steps of bsb train under torchrun (world size 1, NCCL,     -> gpu_train.json
-#               FSDP2, bf16) on a Qwen3-0.6B-shaped random model: step time split, peak memory
-# Usage: bench/gpu_check.sh OUTDIR. Under 10 minutes on one H200 (10 + 60 + 110 + 170 + 120 + 120 s of limits). At most
-# 9 files land in OUTDIR. Needs python3 with torch (CUDA), triton, transformers, pytest, pytest-benchmark, hypothesis.
+# Every GPU check in one command, in stages, each under its own time limit and each writing into OUTDIR as it goes (a
+# stage cut off by its limit loses only its own unfinished rows):
+#   env       the wheels beside the tree installed (bench/gpu_wheels.sh), the machine and the versions  -> stages.log
+#   compile   every Triton kernel for sm_90a with this Triton: registers, spills, wgmma (per kernel) -> sm90.md, sm90.json
+#   tests     the GPU tests: every Triton kernel against the reference in fp32 / bf16 / fp16 (the     -> tests.log
+#             lens's bf16 tl.dot included)
+#   kernels   benchmarks: CUDA events over inputs rotated through 4x L2, beside the measured copy     -> gpu-*.json (per row)
+#             bandwidth and bf16 matmul rate
+#   e2e       a Qwen3-0.6B-shaped random model in bf16: packed vs naive reads, a tree RLVR step with   -> gpu_e2e.json (per row)
+#             reads from the kept keys and values, the training log-probs' peak memory
+#   train     2 steps of bsb train under torchrun (NCCL, FSDP2, bf16) on the same shape: each step's  -> gpu_train.json (per step)
+#             time split and memory
+# At most 8 files land in OUTDIR (the GPU machine returns 8). The stage limits, plus 5 s for each stage to unwind
+# after SIGINT, add up to 480 s: the whole check fits in 8 minutes on one H200.
+#
+# Usage:
+#   bench/gpu_check.sh OUTDIR            on the GPU machine (python3 with torch + CUDA, Triton, transformers, pytest,
+#                                        pytest-benchmark, hypothesis; PYTHON=... picks another interpreter)
+#   bench/gpu_check.sh --dry-run         print the stage plan and its limits; fails if they exceed 480 s
+#   bench/gpu_check.sh --smoke OUTDIR    every stage's script at toy sizes on the CPU, under the same limits (CI runs it)
 set -uo pipefail
-out=${1:?usage: bench/gpu_check.sh OUTDIR}
+
+BUDGET=480  # seconds: 8 of the GPU machine's 10 minutes per command
+GRACE=5     # seconds a stage gets to write what it has after SIGINT, before SIGKILL
+# name and limit (seconds) of every stage, in order
+STAGES=(env:20 compile:35 tests:95 kernels:110 e2e:90 train:100)
+
+mode=gpu
+case "${1:-}" in
+  --dry-run) mode=dry ;;
+  --smoke) mode=smoke; shift ;;
+esac
+
+total=0
+for s in "${STAGES[@]}"; do total=$((total + ${s#*:} + GRACE)); done
+if [ "$mode" = dry ]; then
+  for s in "${STAGES[@]}"; do echo "stage ${s%%:*} ${s#*:} s"; done
+  echo "total $total s with $GRACE s of grace a stage (budget $BUDGET s)"
+  [ "$total" -le "$BUDGET" ]
+  exit
+fi
+
+out=${1:?usage: bench/gpu_check.sh [--dry-run | --smoke] OUTDIR}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-unset TRITON_INTERPRET
 py=${PYTHON:-python3}
+if [ "$mode" = gpu ]; then unset TRITON_INTERPRET; else export TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES=""; fi
+failed=0
 log() { echo "[$(date -u +%T)] $*" | tee -a "$out/stages.log"; }
+limit() { local s; for s in "${STAGES[@]}"; do [ "${s%%:*}" = "$1" ] && echo "${s#*:}"; done; }
 
-stage() {  # stage NAME SECONDS COMMAND...: SIGINT at the limit (Python unwinds and writes what it has), SIGKILL 10 s later
-  local name=$1 limit=$2; shift 2
-  local start=$SECONDS
-  timeout -s INT -k 10 "$limit" "$@"
-  local rc=$?
-  log "stage $name: exit $rc after $((SECONDS - start)) s (limit $limit s)"
+stage() {  # stage NAME COMMAND...: SIGINT at the limit (Python unwinds and writes what it has), SIGKILL GRACE s later
+  local name=$1 lim start rc
+  lim=$(limit "$1")
+  shift
+  start=$SECONDS
+  log "stage $name: start (limit $lim s)"
+  timeout -s INT -k "$GRACE" "$lim" "$@"
+  rc=$?
+  [ "$rc" -ne 0 ] && failed=$((failed + 1))
+  log "stage $name: exit $rc after $((SECONDS - start)) s (limit $lim s)"
 }
 
-{
+env_stage() {
+  local wheels=${BSB_WHEELS:-.whl}
+  if compgen -G "$wheels/*.whl" >/dev/null; then  # the wheels the image lacks, carried beside the tree
+    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/bsb-site "$wheels"/*.whl &&
+      echo "installed $(ls "$wheels" | tr '\n' ' ')"
+  fi
   date -u
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
-  "$py" -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
-  missing=$("$py" -c "import importlib.util as u; print(' '.join(m for m in ('pytest', 'hypothesis', 'pytest_benchmark', 'transformers') if u.find_spec(m) is None))")
-  [ -n "$missing" ] && echo "missing python packages: $missing"
-  "$py" setup.py -q build_ext --inplace >/dev/null 2>&1 && echo "bsb._C built" || echo "bsb._C not built (CPU provider skipped)"
-} > "$out/env.txt" 2>&1
-cat "$out/env.txt"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  "$py" - <<'EOF'
+import importlib.util as u
+import torch, triton, transformers
+from bsb import floors
+print("python", __import__("sys").version.split()[0], "torch", torch.__version__, "triton", triton.__version__,
+      "transformers", transformers.__version__, "cuda", torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+for package in ("torch", "triton", "transformers"):
+    floors.check(package)
+missing = [m for m in ("pytest", "hypothesis", "pytest_benchmark", "math_verify") if u.find_spec(m) is None]
+print("missing python packages:", " ".join(missing) or "none")
+EOF
+}
+export -f env_stage
+export py out PYTHONPATH="/tmp/bsb-site:$PYTHONPATH"  # the carried wheels first
+stage env bash -c 'env_stage >> "$out/stages.log" 2>&1'
 
-stage compile 60 "$py" bench/sm90.py --out "$out"
-stage tests 110 "$py" -m pytest tests/kernels -m gpu -q -p no:cacheprovider -x > "$out/gpu_tests.log" 2>&1
-tail -3 "$out/gpu_tests.log"
-rm -f bench/results/gpu-*
-stage kernels 170 "$py" -m pytest bench/test_bench_rows.py bench/test_bench_lens.py bench/test_bench_logprobs.py -q -p no:cacheprovider \
-  --benchmark-disable-gc > "$out/bench.log" 2>&1
-cp bench/results/gpu-*.md bench/results/gpu-*.json "$out/" 2>/dev/null
-stage e2e 120 "$py" bench/gpu_e2e.py "$out"
-stage train 120 "$py" -m torch.distributed.run --standalone --nproc_per_node=1 bench/gpu_train.py "$out" >> "$out/bench.log" 2>&1
+if [ "$mode" = gpu ]; then
+  stage compile env -u TRITON_INTERPRET "$py" bench/sm90.py --out "$out"
+  stage tests "$py" -m pytest tests/kernels -m gpu -q -p no:cacheprovider > "$out/tests.log" 2>&1
+  tail -3 "$out/tests.log"
+  rm -f bench/results/gpu-*
+  stage kernels "$py" -m pytest bench/test_bench_rows.py bench/test_bench_lens.py bench/test_bench_logprobs.py -q \
+    -p no:cacheprovider --benchmark-disable-gc > "$out/bench.log" 2>&1
+  cp bench/results/gpu-*.json "$out/" 2>/dev/null  # the .md and .csv say the same: 8 files come back
+  stage e2e "$py" bench/gpu_e2e.py "$out"
+  stage train "$py" -m torch.distributed.run --standalone --nproc_per_node=1 bench/gpu_train.py "$out" >> "$out/bench.log" 2>&1
+else  # the same scripts at toy sizes on the CPU: each GPU script's pipeline, in seconds
+  stage compile env -u TRITON_INTERPRET "$py" bench/sm90.py --smoke --out "$out"
+  stage tests "$py" -m pytest tests/kernels -m gpu -q -p no:cacheprovider --collect-only > "$out/tests.log" 2>&1
+  stage kernels "$py" -m pytest bench/test_bench_rows.py bench/test_bench_lens.py bench/test_bench_logprobs.py -q \
+    -p no:cacheprovider --collect-only > "$out/bench.log" 2>&1
+  stage e2e "$py" bench/gpu_e2e.py "$out" --smoke
+  stage train "$py" -m torch.distributed.run --standalone --nproc_per_node=1 bench/gpu_train.py "$out" --smoke >> "$out/bench.log" 2>&1
+fi
 ls -l "$out"
+log "$failed stage(s) failed"
+[ "$failed" -eq 0 ]

@@ -4,7 +4,7 @@ is taken, so a time-out loses only what had not finished.
 
 1. Packed vs naive belief reads at T = 1,024 and 4,096 tokens with C = 16 cuts (Probe-JS reads).
 2. One tree RLVR step (M = 4 roots, k = 2 siblings, HF rollouts) with Probe-JS and with Lens-Shift: the share of the
-   step spent in the reads (select) next to generation and the update.
+   step spent in the reads (select, from the keys and values the generation kept) next to generation and the update.
 3. Peak GPU memory of the training log-probs (forward + backward) at micro-batch 16 x 4,096 tokens: the chunked
    linear + logsumexp; the full-logits reference at 16 x 1,024 (its 16 x 4,096 logits alone would be 40 GB).
 
@@ -31,12 +31,28 @@ def _model(smoke: bool, device: torch.device, dtype: torch.dtype):
     import transformers
 
     if smoke:
-        cfg = transformers.Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                                       num_key_value_heads=1, head_dim=32, max_position_embeddings=8192)
+        cfg = transformers.Qwen3Config(
+            vocab_size=512,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+            max_position_embeddings=8192,
+        )
     else:  # the Qwen3-0.6B shape
-        cfg = transformers.Qwen3Config(vocab_size=151_936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40_960,
-                                       tie_word_embeddings=True)
+        cfg = transformers.Qwen3Config(
+            vocab_size=151_936,
+            hidden_size=1024,
+            intermediate_size=3072,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            max_position_embeddings=40_960,
+            tie_word_embeddings=True,
+        )
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     return transformers.AutoModelForCausalLM.from_config(cfg).to(device, dtype).eval()
@@ -80,10 +96,17 @@ def packed_vs_naive(log, model, device, lengths, cuts=16, suffix_len=9):
         suffix = torch.randint(0, vocab, (suffix_len,), generator=g)
         for name, fn in (("naive", naive_reads), ("packed", packed_reads)):
             ms, reads = _timed(lambda fn=fn, p=prefix, c=cut, s=suffix: fn(model, p, c, s), device)
-            log.add(stage="reads", path=name, chain_tokens=t, cuts=cuts, ms=round(ms, 2), token_forwards=reads.token_forwards)
+            log.add(
+                stage="reads",
+                path=name,
+                chain_tokens=t,
+                cuts=cuts,
+                ms=round(ms, 2),
+                token_forwards=reads.token_forwards,
+            )
 
 
-def tree_step(log, model, device, dtype, prompts=4, max_response=256, smoke=False):
+def tree_step(log, model, device, dtype, prompts=4, max_response=256, chains=4, smoke=False):
     """One tree RLVR step through bsb's own rollout, advantages and update, with a stand-in reward (random weights
     give no meaningful answers): the share of the step each phase takes."""
     import random
@@ -96,22 +119,32 @@ def tree_step(log, model, device, dtype, prompts=4, max_response=256, smoke=Fals
 
     vocab = model.config.vocab_size
     policy = model.float() if dtype != torch.float32 else model  # fp32 master weights, bf16 autocast
-    backend = HFBackend(policy, compute_dtype=None if dtype == torch.float32 else dtype)
+    # the policy generates and reads, so it keeps each generation's keys and values for the reads (as bsb train does)
+    backend = HFBackend(policy, compute_dtype=None if dtype == torch.float32 else dtype, keep_kv=True)
     newline = torch.zeros(vocab, dtype=torch.bool)
     newline[::20] = True  # 5% of the vocabulary breaks a line: a random-weight chain has a boundary every ~20 tokens
     g = torch.Generator().manual_seed(1)
     prompt_ids = [torch.randint(0, vocab, (64,), generator=g).tolist() for _ in range(prompts)]
-    cfg = TrainConfig(chains=4, siblings=2, max_response_len=max_response, micro_batch=4, dynamic_sampling=False)
+    cfg = TrainConfig(chains=chains, siblings=2, max_response_len=max_response, micro_batch=4, dynamic_sampling=False)
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-6, fused=device.type == "cuda")
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     answer = [5, 6, 7]
     for selector in ("probe_js", "lens_shift"):
         scfg = SelectorConfig(suffix=list(range(10, 19)), range_cap=1.0)
-        sel = make_selector(selector, scfg, backend)
+        sel = make_selector(selector, scfg, backend)  # bound to the policy: it generates and reads
         t0 = time.perf_counter()
-        trees, times = tree_rollout(prompt_ids, [f"p{i}" for i in range(prompts)], ["x"] * prompts, backend, sel, backend, newline,
-                                    TreeConfig(4, 2, max_response, 1.0, 1.0, 1), eos_id=vocab - 1, seed=0,
-                                    answer_tokens=(lambda r: answer) if selector == "lens_shift" else None)
+        trees, times = tree_rollout(
+            prompt_ids,
+            [f"p{i}" for i in range(prompts)],
+            ["x"] * prompts,
+            backend,
+            sel,
+            newline,
+            TreeConfig(chains, 2, max_response, 1.0, 1.0, 1),
+            eos_id=vocab - 1,
+            seed=0,
+            answer_tokens=(lambda r: answer) if selector == "lens_shift" else None,
+        )
         rng = random.Random(0)
         for tree in trees:
             for leaf in tree.leaves:
@@ -124,10 +157,22 @@ def tree_step(log, model, device, dtype, prompts=4, max_response=256, smoke=Fals
         _sync(device)
         t2 = time.perf_counter()
         step = t2 - t0
-        log.add(stage="tree_step", selector=selector, prompts=prompts, chains=4, siblings=2, max_response=max_response,
-                step_s=round(step, 2), generate_s=round(times.generate_s, 2), select_s=round(times.select_s, 3),
-                update_s=round(t2 - t1, 2), read_share=round(times.select_s / step, 4), tokens_generated=times.tokens_generated,
-                probe_token_forwards=sum(t.probe_tokens for t in trees))
+        log.add(
+            stage="tree_step",
+            selector=selector,
+            reads="kv",
+            prompts=prompts,
+            chains=chains,
+            siblings=2,
+            max_response=max_response,
+            step_s=round(step, 2),
+            generate_s=round(times.generate_s, 2),
+            select_s=round(times.select_s, 3),
+            update_s=round(t2 - t1, 2),
+            read_share=round(times.select_s / step, 4),
+            tokens_generated=times.tokens_generated,
+            probe_token_forwards=sum(t.probe_tokens for t in trees),
+        )
 
 
 def logprob_memory(log, device, dtype, smoke=False):
@@ -135,8 +180,10 @@ def logprob_memory(log, device, dtype, smoke=False):
     from bsb.kernels.linear_logprob import linear_token_logprobs
 
     d, v = (64, 512) if smoke else (1024, 151_936)
-    for name, fn, n in (("chunked", linear_token_logprobs, 16 * (64 if smoke else 4096)),
-                        ("reference", reference.linear_token_logprobs, 16 * (16 if smoke else 1024))):
+    for name, fn, n in (
+        ("chunked", linear_token_logprobs, 16 * (64 if smoke else 4096)),
+        ("reference", reference.linear_token_logprobs, 16 * (16 if smoke else 1024)),
+    ):
         g = torch.Generator(device).manual_seed(0)
         hidden = torch.randn(n, d, generator=g, device=device, dtype=dtype, requires_grad=True)
         weight = (torch.randn(v, d, generator=g, device=device) / d**0.5).to(dtype).requires_grad_()
@@ -151,8 +198,15 @@ def logprob_memory(log, device, dtype, smoke=False):
         _sync(device)
         ms = (time.perf_counter() - t0) * 1e3
         peak = (torch.cuda.max_memory_allocated() - base) if device.type == "cuda" else None
-        log.add(stage="train_logprobs", path=name, tokens=n, d=d, V=v, ms=round(ms, 1),
-                peak_extra_gib=None if peak is None else round(peak / 2**30, 3))
+        log.add(
+            stage="train_logprobs",
+            path=name,
+            tokens=n,
+            d=d,
+            V=v,
+            ms=round(ms, 1),
+            peak_extra_gib=None if peak is None else round(peak / 2**30, 3),
+        )
         del hidden, weight, targets
 
 
@@ -167,15 +221,30 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = Log(out / "gpu_e2e.json")
-    log.add(stage="env", device=str(device), dtype=str(dtype), torch=torch.__version__,
-            gpu=torch.cuda.get_device_name() if device.type == "cuda" else None, smoke=args.smoke)
+    log.add(
+        stage="env",
+        device=str(device),
+        dtype=str(dtype),
+        torch=torch.__version__,
+        gpu=torch.cuda.get_device_name() if device.type == "cuda" else None,
+        smoke=args.smoke,
+    )
     model = _model(args.smoke, device, dtype)
     if "reads" in args.stages:
-        packed_vs_naive(log, model, device, [64, 128] if args.smoke else [1024, 4096])
+        packed_vs_naive(log, model, device, [48] if args.smoke else [1024, 4096], cuts=4 if args.smoke else 16)
     if "train_logprobs" in args.stages:
         logprob_memory(log, device, dtype, args.smoke)
     if "tree_step" in args.stages:
-        tree_step(log, model, device, dtype, prompts=2 if args.smoke else 4, max_response=48 if args.smoke else 256, smoke=args.smoke)
+        tree_step(
+            log,
+            model,
+            device,
+            dtype,
+            prompts=1 if args.smoke else 4,
+            max_response=40 if args.smoke else 256,
+            chains=2 if args.smoke else 4,
+            smoke=args.smoke,
+        )
     return 0
 
 

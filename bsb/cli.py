@@ -22,7 +22,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command. Bad input (a value, a file, YAML or JSON, a path that is a folder, an input too big to hold) is
     one usage line and exit 2, whatever raised it; ``BSB_DEBUG=1`` shows the traceback instead."""
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()  # imports every command: an old torch is one line here too (bsb.floors)
+    except ImportError as err:
+        if os.environ.get("BSB_DEBUG"):
+            raise
+        argparse.ArgumentParser(prog="bsb").error(_one_line(err))
+    args = parser.parse_args(argv)
     try:
         return args._main(args, args._parser)
     except INPUT_ERRORS as err:

@@ -117,6 +117,7 @@ def open_session(
     loaded (one ``ValueError`` before any problem is drawn)."""
     import transformers
 
+    from bsb import floors
     from bsb.embedded.model import resolve_model
     from bsb.engine.boundaries import newline_token_mask
     from bsb.engine.hf_backend import HFBackend
@@ -124,6 +125,7 @@ def open_session(
     from bsb.tasks.prompting import render_prompt
     from bsb.tasks.registry import offline_task
 
+    floors.check("transformers")
     if task is None:
         task = offline_task(cfg.task, cfg.task_options if task_options is None else task_options, cfg.problems)
     path = Path(path) if path is not None else resolve_model(cfg.model, task)

@@ -9,7 +9,9 @@ reference: :func:`bsb.kernels.reference.linear_token_logprobs`). The forward str
 64 MB instead of 40 GB.
 
 Under autocast the chunk matmuls run in the autocast dtype in the forward and, recomputed, in the backward (the same
-function is differentiated); accumulation is fp32 throughout. Plain torch: a GPU runs it with cuBLAS matmuls.
+function is differentiated); accumulation is fp32 throughout. Plain torch: a GPU runs it with cuBLAS matmuls. The
+chunk loops make no host sync (each chunk's target logits are gathered under a mask, not indexed by ``nonzero``),
+so the GPU never waits for the host between chunks; the input check makes one sync per call.
 """
 
 from __future__ import annotations
@@ -22,6 +24,13 @@ from bsb.kernels.checks import check_float
 
 ROW_CHUNK = 4096
 VOCAB_CHUNK = 4096
+
+
+def _in_chunk(t: torch.Tensor, c0: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows whose target falls in columns [c0, c0 + width), each row's target column clamped into the chunk): a
+    masked gather / scatter in place of ``nonzero`` indexing, which would wait for the device every chunk."""
+    local = t - c0
+    return (local >= 0) & (local < width), local.clamp(0, width - 1)[:, None]  # (Nr,), (Nr, 1)
 
 
 def _autocast_state(device_type: str):
@@ -41,9 +50,9 @@ class _LinearTokenLogprob(torch.autograd.Function):
             for c0 in range(0, v, vocab_chunk):
                 z = (h @ weight[c0 : c0 + vocab_chunk].T).float()  # (Nr, Vc)
                 lse[r0 : r0 + row_chunk] = torch.logaddexp(lse[r0 : r0 + row_chunk], torch.logsumexp(z, -1))
-                inside = (t >= c0) & (t < c0 + z.shape[1])
-                rows = inside.nonzero().squeeze(-1)
-                tgt[r0 + rows] = z[rows, t[rows] - c0]
+                inside, col = _in_chunk(t, c0, z.shape[1])
+                here = tgt[r0 : r0 + row_chunk]
+                here.copy_(torch.where(inside, z.gather(1, col).squeeze(1), here))
         ctx.save_for_backward(hidden, weight, targets, lse)
         ctx.chunks = (row_chunk, vocab_chunk)
         ctx.autocast = _autocast_state(hidden.device.type)
@@ -72,9 +81,8 @@ class _LinearTokenLogprob(torch.autograd.Function):
                     w = weight[c0 : c0 + vocab_chunk]
                     z = (h @ w.T).float()  # (Nr, Vc), recomputed as in the forward
                     d = -torch.exp(z - lse[r0 : r0 + row_chunk, None]) * g[:, None]  # ∂L/∂z = g·(onehot − softmax)
-                    inside = (t >= c0) & (t < c0 + z.shape[1])
-                    rows = inside.nonzero().squeeze(-1)
-                    d[rows, t[rows] - c0] += g[rows]
+                    inside, col = _in_chunk(t, c0, z.shape[1])
+                    d.scatter_add_(1, col, torch.where(inside, g, 0.0)[:, None])
                     if g_hidden is not None:
                         g_hidden[r0 : r0 + row_chunk] += d @ w.float()
                     if g_weight is not None:
@@ -112,8 +120,10 @@ def linear_token_logprobs(
         raise ValueError(
             f"targets must be (N,) = ({hidden.shape[0]},) integer token ids, got {tuple(targets.shape)} {targets.dtype}"
         )
-    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= weight.shape[0]):
-        raise ValueError(f"targets must lie in [0, V={weight.shape[0]})")
+    if targets.numel():
+        lo, hi = torch.stack([targets.min(), targets.max()]).tolist()  # the call's one host sync
+        if lo < 0 or hi >= weight.shape[0]:
+            raise ValueError(f"targets must lie in [0, V={weight.shape[0]})")
     if row_chunk < 1 or vocab_chunk < 1:
         raise ValueError("row_chunk and vocab_chunk must be >= 1")
     return _LinearTokenLogprob.apply(hidden, weight, targets.long(), row_chunk, vocab_chunk)

@@ -6,7 +6,8 @@ program owns a block of BM rows and one of SPLITS slices of the vocabulary, stre
 through ``tl.dot`` (fp32 accumulation; bf16 operands on the tensor cores, fp32 unembeddings through 3xTF32), and keeps
 only ``(m, s)``; a tiny combine gives ``target − (M + log S)``. Programs are ordered in groups of GROUP row blocks
 per vocabulary slice, so consecutive programs read the same slice of U from L2. The grid is sized to the device
-(SPLITS fills about two waves of its SMs), and tiles, warps and stages are autotuned per (R, d, V, dtype).
+(SPLITS fills about two waves of its SMs), and tiles, warps and stages are autotuned per (R bucket, d, V, dtype):
+R (layers × cuts × answer tokens) changes nearly every call, so the tuning keys on its next power of two.
 
 Same contract as :func:`bsb.kernels.reference.lens_logprobs`.
 """
@@ -19,8 +20,11 @@ import torch
 import triton
 import triton.language as tl
 
+from bsb import floors
 from bsb.kernels import reference as ref
 from bsb.kernels.checks import check_lens_inputs, raise_if_lens_nonfinite
+
+floors.check("triton")  # an old Triton is one clear error (dispatch falls back to the reference on it)
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -105,11 +109,22 @@ def _lens_lse_kernel(
     tl.store(s_ptr + out, s, mask=rmask)
 
 
-# One autotuned launcher per operand width over the same kernel (the configs differ).
-_LAUNCH = {
-    "bf16": triton.autotune(configs=_configs("bf16"), key=["R", "D", "V", "PRECISION"])(_lens_lse_kernel),
-    "fp32": triton.autotune(configs=_configs("fp32"), key=["R", "D", "V", "PRECISION"])(_lens_lse_kernel),
-}
+def rows_bucket(rows: int) -> int:
+    """The row count the autotuning keys on: R's next power of two. Keyed on R itself, nearly every call (another
+    cuts × answer-tokens product) would benchmark every config again."""
+    return triton.next_power_of_2(max(1, rows))
+
+
+# Autotuned launchers over the same kernel, one per (operand width, row bucket); each keys its tuning on the rest.
+_TUNERS: dict = {}
+TUNE_KEY = ["D", "V", "PRECISION"]
+
+
+def _launcher(width: str, rows: int):
+    key = (width, rows_bucket(rows))
+    if key not in _TUNERS:
+        _TUNERS[key] = triton.autotune(configs=_configs(width), key=TUNE_KEY)(_lens_lse_kernel)
+    return _TUNERS[key]
 
 
 def _splits(rows: int, v: int, device: torch.device) -> int:
@@ -147,9 +162,11 @@ def lens_logprobs(
     m = torch.empty(rows, splits, dtype=torch.float32, device=x.device)
     s = torch.empty_like(m)
     upcast = INTERPRET and u.dtype != torch.float32
-    _LAUNCH["fp32" if u.dtype == torch.float32 else "bf16"][lambda meta: (triton.cdiv(rows, meta["BM"]) * splits,)](
-        x, u, m, s, rows, v, d, splits, PRECISION=_precision(u.dtype), UPCAST=upcast
-    )
+    launch = _launcher("fp32" if u.dtype == torch.float32 else "bf16", rows)
+    with torch.cuda.device_of(x):  # Triton launches (and autotunes) on the current device: make it x's
+        launch[lambda meta: (triton.cdiv(rows, meta["BM"]) * splits,)](
+            x, u, m, s, rows, v, d, splits, PRECISION=_precision(u.dtype), UPCAST=upcast
+        )
     big_m = m.amax(1)  # (R,)
     lse = big_m + (s * torch.exp(m - big_m[:, None])).sum(1).log()
     out = (target_logit - lse).reshape(n_layers, p)

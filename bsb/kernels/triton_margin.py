@@ -46,6 +46,7 @@ def logit_margin(logits: torch.Tensor) -> torch.Tensor:
     n_rows = x.shape[0]
     out, rmax = (torch.empty(n_rows, dtype=torch.float32, device=x.device) for _ in range(2))
     rnan = torch.empty(n_rows, dtype=torch.int8, device=x.device)
-    _margin_kernel[(n_rows,)](x, out, rmax, rnan, v, x.stride(0), BLOCK=block(v))
+    with torch.cuda.device_of(x):  # Triton launches on the current device: make it the logits' own
+        _margin_kernel[(n_rows,)](x, out, rmax, rnan, v, x.stride(0), BLOCK=block(v))
     raise_for_row_stats("logits", rmax, rnan.bool())
     return out.reshape(logits.shape[:-1])

@@ -8,6 +8,10 @@ import torch
 import triton
 import triton.language as tl
 
+from bsb import floors
+
+floors.check("triton")  # before any kernel: an old Triton is one clear error (dispatch falls back on it)
+
 
 @triton.jit
 def load_tile(base, cols, V):

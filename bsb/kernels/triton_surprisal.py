@@ -54,7 +54,8 @@ def surprisal_entropy(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch
     tok = tokens.reshape(-1).to(device=x.device, dtype=torch.int64)
     sur, ent, rmax = (torch.empty(n_rows, dtype=torch.float32, device=x.device) for _ in range(3))
     rnan = torch.empty(n_rows, dtype=torch.int8, device=x.device)
-    _surprisal_entropy_kernel[(n_rows,)](x, tok, sur, ent, rmax, rnan, v, x.stride(0), BLOCK=block(v))
+    with torch.cuda.device_of(x):  # Triton launches on the current device: make it the logits' own
+        _surprisal_entropy_kernel[(n_rows,)](x, tok, sur, ent, rmax, rnan, v, x.stride(0), BLOCK=block(v))
     raise_for_row_stats("logits", rmax, rnan.bool())
     lead = logits.shape[:-1]
     return sur.reshape(lead), ent.reshape(lead)

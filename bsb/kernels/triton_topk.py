@@ -245,33 +245,35 @@ def _topk_rows(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, tor
     m = torch.empty(n_rows * splits, dtype=torch.float32, device=dev)
     s = torch.empty_like(m)
     nan = torch.empty(n_rows * splits, dtype=torch.int32, device=dev)
-    _split_kernel[(n_rows, splits)](
-        x, cand, cnt, m, s, nan, v, x.stride(0), split_len, splits, K=k, KP=kp, CAP=CAP, BLOCK=blk
-    )
     lp = torch.empty(n_rows, k, dtype=torch.float32, device=dev)
     idx = torch.empty(n_rows, k, dtype=torch.int64, device=dev)
     rmax = torch.empty(n_rows, dtype=torch.float32, device=dev)
     rnan = torch.empty(n_rows, dtype=torch.int8, device=dev)
-    _merge_kernel[(n_rows,)](
-        x,
-        cand,
-        cnt,
-        m,
-        s,
-        nan,
-        lp,
-        idx,
-        rmax,
-        rnan,
-        v,
-        x.stride(0),
-        splits,
-        K=k,
-        KP=kp,
-        CAP=CAP,
-        SP=max(2, triton.next_power_of_2(splits)),
-        BLOCK=block(v),
-    )
+    # Triton launches on the current CUDA device, which a cuda:N run never sets: make it the logits' own.
+    with torch.cuda.device_of(x):
+        _split_kernel[(n_rows, splits)](
+            x, cand, cnt, m, s, nan, v, x.stride(0), split_len, splits, K=k, KP=kp, CAP=CAP, BLOCK=blk
+        )
+        _merge_kernel[(n_rows,)](
+            x,
+            cand,
+            cnt,
+            m,
+            s,
+            nan,
+            lp,
+            idx,
+            rmax,
+            rnan,
+            v,
+            x.stride(0),
+            splits,
+            K=k,
+            KP=kp,
+            CAP=CAP,
+            SP=max(2, triton.next_power_of_2(splits)),
+            BLOCK=block(v),
+        )
     return lp, idx, _row_status(rmax, rnan)
 
 
@@ -329,7 +331,8 @@ def probe_js(logits: torch.Tensor, chain_index: torch.Tensor, k: int = 20, defer
     pairs, chain_status = _chain_pairs_on_device(chain_index, n, logits.device)
     js = torch.full((n, n_pos), math.nan, dtype=torch.float32, device=logits.device)
     if n > 1:
-        _floored_js_kernel[(n - 1, n_pos)](lp, idx, pairs, js, n_pos, K=k, KP=max(2, triton.next_power_of_2(k)))
+        with torch.cuda.device_of(lp):
+            _floored_js_kernel[(n - 1, n_pos)](lp, idx, pairs, js, n_pos, K=k, KP=max(2, triton.next_power_of_2(k)))
     if defer_errors:
         return js.mean(-1), status | chain_status
     _raise(status | chain_status)

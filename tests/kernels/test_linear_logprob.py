@@ -48,13 +48,50 @@ def test_masked_vocabulary_and_a_single_token():
     torch.testing.assert_close(got, ref.linear_token_logprobs(h, w, t))
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda h, w, t: linear_token_logprobs(h, w[:, :5], t), "disagree on d"),
-    (lambda h, w, t: linear_token_logprobs(h, w, t + 1000), r"targets must lie in \[0, V=101\)"),
-    (lambda h, w, t: linear_token_logprobs(h, w, t[:3]), "targets must be"),
-    (lambda h, w, t: linear_token_logprobs(h, w, t, 0, 4), "row_chunk and vocab_chunk"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda h, w, t: linear_token_logprobs(h, w[:, :5], t), "disagree on d"),
+        (lambda h, w, t: linear_token_logprobs(h, w, t + 1000), r"targets must lie in \[0, V=101\)"),
+        (lambda h, w, t: linear_token_logprobs(h, w, t[:3]), "targets must be"),
+        (lambda h, w, t: linear_token_logprobs(h, w, t, 0, 4), "row_chunk and vocab_chunk"),
+    ],
+)
 def test_bad_input(call, match):
     h, w, t = _inputs()
     with pytest.raises(ValueError, match=match):
         call(h, w, t)
+
+
+def test_the_chunk_loops_make_no_host_sync(monkeypatch):
+    """Each nonzero / item / tolist / bool / int of a device tensor waits for the device: none inside the forward and
+    backward chunk loops, however many chunks (the call's input check makes its one sync before them)."""
+    from bsb.kernels.linear_logprob import _LinearTokenLogprob
+
+    h, w, t = _inputs(n=37, v=101)
+    calls = []
+    for name in ("nonzero", "item", "tolist", "__bool__", "__int__", "__float__", "__index__"):
+        real = getattr(torch.Tensor, name)
+        monkeypatch.setattr(
+            torch.Tensor,
+            name,
+            lambda self, *a, _real=real, _name=name, **k: calls.append(_name) or _real(self, *a, **k),
+        )
+    monkeypatch.setattr(
+        torch, "nonzero", lambda *a, **k: calls.append("torch.nonzero") or torch.Tensor.nonzero(*a, **k)
+    )
+    got = _LinearTokenLogprob.apply(h, w, t, 5, 7)  # 8 row chunks x 15 vocabulary chunks
+    got.sum().backward()
+    assert calls == []
+    monkeypatch.undo()
+    torch.testing.assert_close(got, ref.linear_token_logprobs(h, w, t), atol=1e-5, rtol=1e-5)
+
+
+def test_the_call_checks_its_targets_with_one_host_sync(monkeypatch):
+    h, w, t = _inputs()
+    calls = []
+    real = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: calls.append(1) or real(self))
+    monkeypatch.setattr(torch.Tensor, "nonzero", lambda *a, **k: pytest.fail("nonzero in the chunk loop"))
+    linear_token_logprobs(h, w, t, 5, 7)
+    assert calls == [1]

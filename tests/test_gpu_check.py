@@ -1,0 +1,96 @@
+"""bench/gpu_check.sh, the one command a lent H200 runs: its stages fit 8 minutes, and every stage's script works before
+a GPU ever runs it (``--smoke``: the same scripts at toy sizes on the CPU). Each stage writes as it goes."""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "gpu_check.sh"
+STAGES = ["env", "compile", "tests", "kernels", "e2e", "train"]
+
+
+def _dry_run(script=SCRIPT):
+    return subprocess.run(["bash", str(script), "--dry-run"], capture_output=True, text=True, timeout=60)
+
+
+def test_the_stage_plan_fits_in_eight_minutes():
+    proc = _dry_run()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    limits = dict(re.findall(r"^stage (\w+) (\d+) s$", proc.stdout, re.M))
+    assert list(limits) == STAGES
+    grace = int(re.search(r"with (\d+) s of grace a stage", proc.stdout).group(1))
+    total = sum(int(v) + grace for v in limits.values())
+    assert total <= 480 and f"total {total} s" in proc.stdout
+
+
+def test_a_plan_over_the_budget_fails_the_dry_run(tmp_path):
+    over = tmp_path / "gpu_check.sh"
+    over.write_text(re.sub(r"train:\d+", "train:200", SCRIPT.read_text()))
+    proc = _dry_run(over)
+    assert proc.returncode != 0 and "stage train 200 s" in proc.stdout
+
+
+def test_sm90_rewrites_its_report_after_every_kernel(tmp_path, monkeypatch):
+    pytest.importorskip("triton")
+    spec = importlib.util.spec_from_file_location("bench_sm90", ROOT / "bench" / "sm90.py")
+    sm90 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sm90)
+    done = []
+
+    def compile_report(fn, *args, tag=""):
+        if done:  # the stage's limit strikes during the second kernel
+            raise KeyboardInterrupt
+        done.append(tag)
+        return {
+            "kernel": fn.__name__,
+            "variant": tag,
+            "registers": 32,
+            "spill_bytes": 0,
+            "shared_bytes": 512,
+            "num_warps": 4,
+            "num_stages": 3,
+            "mma": "none",
+            "compile_s": 0.1,
+        }
+
+    monkeypatch.setattr(sm90, "compile_report", compile_report)
+    with pytest.raises(KeyboardInterrupt):
+        sm90.main(["--out", str(tmp_path)])
+    report = json.loads((tmp_path / "sm90.json").read_text())
+    assert report["complete"] is False and [r["variant"] for r in report["rows"]] == done
+    assert "Incomplete" in (tmp_path / "sm90.md").read_text()
+
+
+@pytest.mark.slow
+def test_every_stage_runs_at_toy_sizes_on_the_cpu(tmp_path):
+    """The whole check with ``--smoke`` (about a minute on 2 cores): the environment and floors, one sm_90a compile,
+    the GPU tests' and benchmarks' collection, ``bench/gpu_e2e.py --smoke`` and ``bench/gpu_train.py --smoke`` under
+    torchrun."""
+    pytest.importorskip("triton")
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "--smoke", str(tmp_path)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600
+    )
+    log = (tmp_path / "stages.log").read_text()
+    exits = dict(re.findall(r"stage (\w+): exit (\d+) after", log))
+    assert list(exits) == STAGES, log
+    assert all(rc == "0" for rc in exits.values()), (
+        log + proc.stdout[-3000:] + (tmp_path / "bench.log").read_text()[-3000:]
+    )
+    assert proc.returncode == 0
+    assert "missing python packages: none" in log or "missing python packages: math_verify" in log
+    assert json.loads((tmp_path / "sm90.json").read_text())["complete"]
+    selected = re.search(r"(\d+)/\d+ tests collected", (tmp_path / "tests.log").read_text())
+    assert selected and int(selected.group(1)) > 0  # the GPU tests exist and import
+    e2e = {r["stage"] for r in json.loads((tmp_path / "gpu_e2e.json").read_text())}
+    assert {"env", "reads", "train_logprobs", "tree_step"} <= e2e
+    train = json.loads((tmp_path / "gpu_train.json").read_text())
+    assert train["complete"] and len(train["steps"]) == 2 and all(s["time_step"] > 0 for s in train["steps"])
+    assert len(list(tmp_path.iterdir())) <= 8  # what the GPU machine sends back
