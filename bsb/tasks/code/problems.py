@@ -17,7 +17,10 @@ Row formats (recognised from the columns, or named with ``format=``):
   ``public_test_cases`` (JSON), ``private_test_cases`` (JSON, or the lite release's base64 + zlib + pickle of the
   JSON text, read with an unpickler that accepts nothing but strings), ``metadata`` (JSON: ``func_name``).
 
-Every malformed row is an error naming the file, the line (or row) and the field.
+Every malformed row is an error naming the file, the line (or row) and the field: a shape where another belongs (a
+string of inputs, a mapping of inputs, a list or a mapping as an id, a test's ``metadata`` that is not an object) is
+never read as the nearest thing. A function name must be a Python identifier, and a function test's input one JSON
+value per line: what the harness could not run is refused here, not graded.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import keyword
 import pickle
 import zlib
 from dataclasses import dataclass
@@ -32,7 +36,7 @@ from pathlib import Path
 
 from bsb.tasks.base import Problem
 from bsb.tasks.data.files import as_source, read_rows, rows_to_problems
-from bsb.tasks.data.schemas import RowError, as_text
+from bsb.tasks.data.schemas import RowError, as_id, as_text
 
 FORMATS = ("deepcoder", "livecodebench")
 
@@ -53,6 +57,10 @@ class CodeTests:
             raise RowError(f"{len(self.inputs)} test inputs but {len(self.outputs)} expected outputs")
         if self.style == "function" and not self.fn_name:
             raise RowError("function-call tests without a function name (fn_name / metadata.func_name)")
+        if self.fn_name is not None and not (
+            isinstance(self.fn_name, str) and self.fn_name.isidentifier() and not keyword.iskeyword(self.fn_name)
+        ):
+            raise RowError(f"fn_name must be a Python identifier, got {self.fn_name!r}")
 
     def __len__(self) -> int:
         return len(self.inputs)
@@ -98,10 +106,19 @@ def _decode(raw, field: str):
         raise RowError(f"field {field!r}: JSON nested too deeply") from None
 
 
-def _args_text(value) -> str:
-    """Function-call input as one JSON value per line (LiveCodeBench's form); a list of arguments is spread."""
+def _args_text(value, where: str) -> str:
+    """Function-call input as one JSON value per line (LiveCodeBench's form); a list of arguments is spread. Text
+    must already be JSON lines: the harness reads nothing else."""
     if isinstance(value, str):
-        return value
+        for line in value.split("\n"):
+            if line.strip():
+                try:
+                    json.loads(line)
+                except (json.JSONDecodeError, RecursionError):
+                    raise RowError(f"{where}: a function test's input is one JSON value per line") from None
+        return as_text(value, where)
+    if isinstance(value, dict):
+        raise RowError(f"{where}: a function test's input is a list of arguments, got an object")
     return "\n".join(json.dumps(v) for v in (value if isinstance(value, list) else [value]))
 
 
@@ -136,12 +153,19 @@ def parse_tests(raw, field: str, fn_hint: str | None = None) -> CodeTests:
     if isinstance(tests, dict) and "inputs" in tests:  # taco / apps
         fn = tests.get("fn_name") or fn_hint
         style = "function" if fn else "stdin"
-        ins, outs = tests.get("inputs") or [], tests.get("outputs")
-        if outs is None or len(outs) != len(ins):
-            raise RowError(f"field {field!r}: {len(ins)} inputs but {0 if outs is None else len(outs)} outputs")
+        ins, outs = tests.get("inputs"), tests.get("outputs")
+        for name, value in (("inputs", ins), ("outputs", outs)):
+            if not isinstance(value, list):  # a string would be iterated one character a test, a mapping by its keys
+                got = "null" if value is None else type(value).__name__
+                raise RowError(f"field {field!r}: {name!r} must be a list, got {got}")
+        if len(outs) != len(ins):
+            raise RowError(f"field {field!r}: {len(ins)} inputs but {len(outs)} outputs")
         return CodeTests(
             style,
-            tuple(_args_text(i) if style == "function" else _out_text(i, "stdin") for i in ins),
+            tuple(
+                _args_text(x, f"{field}, test {j}") if style == "function" else _out_text(x, "stdin")
+                for j, x in enumerate(ins)
+            ),
             tuple(_out_text(o, style) for o in outs),
             fn,
         )
@@ -160,8 +184,15 @@ def parse_tests(raw, field: str, fn_hint: str | None = None) -> CodeTests:
             raise RowError(f"field {field!r}, test {j}: no 'input'")
         if t.get("output") is None:
             raise RowError(f"field {field!r}, test {j}: no expected 'output'")
-        fn = t.get("fn_name") or (t.get("metadata") or {}).get("func_name") or fn
-        ins.append(_args_text(t["input"]) if style == "function" else as_text(t["input"], f"{field}[{j}].input"))
+        meta = t.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            raise RowError(f"field {field!r}, test {j}: 'metadata' must be an object, got {type(meta).__name__}")
+        fn = t.get("fn_name") or (meta or {}).get("func_name") or fn
+        ins.append(
+            _args_text(t["input"], f"field {field!r}, test {j}")
+            if style == "function"
+            else as_text(t["input"], f"{field}[{j}].input")
+        )
         outs.append(_out_text(t["output"], style))
     if len(styles) > 1:
         raise RowError(f"field {field!r}: tests mix styles {sorted(styles)}")
@@ -170,7 +201,11 @@ def parse_tests(raw, field: str, fn_hint: str | None = None) -> CodeTests:
 
 def _meta(raw) -> dict:
     value = _decode(raw, "metadata") if raw not in (None, "") else {}
-    return value if isinstance(value, dict) else {}
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RowError(f"field 'metadata': expected an object, got {type(value).__name__}")
+    return value
 
 
 def _deepcoder(row: dict, i: int, stem: str) -> Problem:
@@ -179,7 +214,7 @@ def _deepcoder(row: dict, i: int, stem: str) -> Problem:
         raise RowError("missing or empty field 'problem'")
     meta = _meta(row.get("metadata"))
     tests = parse_tests(row.get("tests"), "tests", meta.get("func_name"))
-    pid = str(row.get("id") or row.get("problem_id") or f"{stem}-{i}")
+    pid = as_id(row, ("id", "problem_id"), f"{stem}-{i}")
     return Problem(
         pid,
         as_text(text, "problem").strip(),
@@ -211,7 +246,7 @@ def _livecodebench(row: dict, i: int, stem: str) -> Problem:
             private.fn_name or public.fn_name,
         )
     )
-    pid = str(row.get("question_id") or f"{stem}-{i}")
+    pid = as_id(row, ("question_id",), f"{stem}-{i}")
     meta_out = {
         "starter_code": row.get("starter_code") or "",
         "platform": row.get("platform"),

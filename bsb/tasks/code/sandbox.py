@@ -24,18 +24,24 @@ root          with the namespaces: the run's own root file system (``sandbox_lau
               host socket, lock file, data file (the task's own problem files included) or layout is reachable;
               ``/tmp/work`` is a ``nosuid,nodev`` tmpfs of ``disk_mb`` (the run's disk quota)
 keyring       a fresh session keyring (the caller's keys are not the program's)
+seccomp       a filter of system calls (:mod:`bsb.tasks.code.sandbox_seccomp`): no key can be made or read (no run
+              leaves a key behind or sees another's), no new namespace (``unshare -U`` fails), no ptrace, no
+              mount
 cgroup        as root where a cgroup is writable (:mod:`bsb.tasks.code.sandbox_cgroup`; v2, else v1): a leaf per run
               bounds the memory (swap included) and the processes of all its processes together: a program that
               forks holds ``memory_mb`` in all, not per child
 ============  ==============================================================================================
 
+Nothing of a run outlives its caller: the run's first process dies with the caller (``PR_SET_PDEATHSIG``, see
+:mod:`bsb.tasks.code.sandbox_launch`) and takes the launcher and the PID namespace with it; the folder and cgroup
+leaves a killed caller could not remove are swept by the next run on the machine (:mod:`bsb.tasks.code.sandbox_sweep`).
+
 What it does not stop: CPU-time side channels; reading the world-readable files under ``/usr``; without a writable
 cgroup, a memory budget across processes (``memory_mb`` then bounds each process's address space, so a run holds at
-most ``memory_mb × max_processes``); new user namespaces inside the run
-(there is no seccomp filter: no maintained pure-Python seccomp package installs from PyPI here, libseccomp's
-bindings are Debian's; ``no_new_privs`` and the uid still apply inside one). Where namespaces are unavailable (not
-root, or a container that forbids ``unshare``): network access, the host's file tree (as the uid sees it), and
-processes that leave their process group (the supervisor then kills the process group only).
+most ``memory_mb × max_processes``). Where namespaces are unavailable (not root, or a container that forbids
+``unshare``): network access, the host's file tree (as the uid sees it), and processes that leave their process
+group (the supervisor then kills the process group only; if the caller is killed, such a process runs on). Where
+the seccomp layer is missing (not Linux x86_64 or aarch64): new user namespaces, ptrace and keys inside the run.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ import dataclasses
 import json
 import os
 import selectors
+import shlex
 import shutil
 import signal
 import subprocess
@@ -57,9 +64,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from bsb.tasks.code import sandbox_cgroup, sandbox_seccomp
 from bsb.tasks.code.sandbox_cgroup import RunCgroup
 from bsb.tasks.code.sandbox_cgroup import available as cgroup_kind
 from bsb.tasks.code.sandbox_launch import SYS_KEYCTL
+from bsb.tasks.code.sandbox_sweep import FOLDER, owner_tag, sweep_folders
 
 STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "killed")
 # a run in its own PID, network, mount, IPC and UTS namespaces, killed with its launcher, with its own /proc
@@ -112,8 +121,14 @@ def layers() -> dict[str, bool]:
         "namespaces": ns,
         "root": ns,
         "keyring": keyring,
+        "seccomp": sandbox_seccomp.available(),
         "cgroup": cgroup_kind() is not None,
     }
+
+
+@lru_cache(maxsize=1)
+def _filter_hex() -> str:
+    return sandbox_seccomp.filter_program().hex() if layers()["seccomp"] else ""
 
 
 @lru_cache(maxsize=1)
@@ -142,23 +157,31 @@ def _prefix(python: str) -> str:
 
 
 def _base_dir() -> Path:
-    """A private (0700, root-owned when root) parent for the runs' directories: a run cannot reach past it."""
-    base = Path(tempfile.mkdtemp(prefix="bsb-sandbox-"))
+    """A private (0700, root-owned when root) parent for the runs' directories: a run cannot reach past it. Its name
+    carries this process's tag, so it is swept once this process is gone (:mod:`bsb.tasks.code.sandbox_sweep`)."""
+    base = Path(tempfile.mkdtemp(prefix=f"{FOLDER}{owner_tag()}-"))
     base.chmod(0o700)
     return base
 
 
 _BASE: Path | None = None
+_BASE_PID = 0
 _BASE_LOCK = threading.Lock()
 
 
 def _base() -> Path:
-    global _BASE
+    global _BASE, _BASE_PID
     with _BASE_LOCK:
-        if _BASE is None or not _BASE.exists():
-            _BASE = _base_dir()
+        if _BASE is None or _BASE_PID != os.getpid() or not _BASE.exists():  # a forked child owns its own
+            _BASE, _BASE_PID = _base_dir(), os.getpid()
             atexit.register(shutil.rmtree, _BASE, True)
         return _BASE
+
+
+def sweep_stale() -> None:
+    """Remove what dead callers left: their folders, and their cgroup leaves with whatever still runs in them."""
+    sweep_folders()
+    sandbox_cgroup.sweep()
 
 
 def run_program(
@@ -175,17 +198,28 @@ def run_program(
 ) -> SandboxResult:
     """Run the Python program ``source`` with ``stdin`` under every layer this machine allows; never raises for
     anything the program does. ``output_limit``: bytes of stdout and of stderr kept (more ends the run); ``disk_mb``:
-    what the run may write in all (its directory is a tmpfs of that size, with namespaces)."""
+    what the run may write in all (its directory is a tmpfs of that size, with namespaces). A source that is not
+    valid Unicode is an ``error`` result; so is ``stdin`` a ValueError (the grader's input, not the program's)."""
     if timeout_s <= 0 or memory_mb < 16 or output_limit < 1 or disk_mb < 1:
         raise ValueError(
             "timeout_s must be > 0, memory_mb >= 16, output_limit >= 1 and disk_mb >= 1; "
             f"got {timeout_s}, {memory_mb}, {output_limit}, {disk_mb}"
         )
+    try:
+        stdin_bytes = stdin.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"stdin is not valid Unicode text (a lone surrogate at character {err.start})") from None
+    try:
+        program = source.encode("utf-8")
+    except UnicodeEncodeError as err:
+        why = f"the program is not valid Unicode text (a lone surrogate at character {err.start})"
+        return SandboxResult("error", None, "", "", why)
     avail = layers()
+    sweep_stale()
     work = Path(tempfile.mkdtemp(prefix="run-", dir=_base()))
     uid = SANDBOX_UID + slot if avail["user"] else None
     try:
-        (work / "prog.py").write_text(source)
+        (work / "prog.py").write_bytes(program)
         if uid is not None:
             os.chown(work, uid, uid)
             os.chown(work / "prog.py", uid, uid)
@@ -201,15 +235,17 @@ def run_program(
             isolate=avail["namespaces"],  # the run's own read-only root (sandbox_launch.build_root)
             prefix=_prefix(sandbox_python()),
             disk_mb=int(disk_mb),
+            seccomp=_filter_hex(),
+            caller=os.getpid(),
         )
         # the launcher's source on the command line, run by the sandbox's interpreter: /proc/1/cmdline, which the
         # program can read, names no host path
-        cmd = [sandbox_python(), "-I", "-S", "-B", "-c", _launcher_source()]
-        if avail["namespaces"]:
-            cmd = [*UNSHARE, *cmd]
+        launcher = [sandbox_python(), "-I", "-S", "-B", "-c", _launcher_source()]
         group = RunCgroup(memory_mb, max_processes)  # the budget across the run's processes, where the machine allows
+        spec["cgroup_procs"] = group.procs
+        cmd = _leashed([*UNSHARE, *launcher] if avail["namespaces"] else launcher, group.procs, launcher)
         try:
-            result = _supervise(group.enter_command(cmd), stdin, timeout_s, output_limit, str(work), json.dumps(spec))
+            result = _supervise(cmd, stdin_bytes, timeout_s, output_limit, str(work), json.dumps(spec))
             if group.out_of_memory() and result.status in ("killed", "error"):
                 result = dataclasses.replace(result, status="memory", reason=f"memory limit ({memory_mb} MB a run)")
             return dataclasses.replace(result, memory_peak_mb=group.peak_mb())
@@ -219,19 +255,47 @@ def run_program(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _supervise(cmd: list[str], stdin: str, timeout_s: float, output_limit: int, cwd: str, spec: str) -> SandboxResult:
+@lru_cache(maxsize=1)
+def _setpriv() -> str | None:
+    """util-linux's ``setpriv``, where it has ``--pdeathsig`` (2.33 and later)."""
+    setpriv = shutil.which("setpriv", path="/usr/bin:/bin")
+    if setpriv is None:
+        return None
+    try:
+        check = subprocess.run([setpriv, "--pdeathsig", "KILL", "--", "true"], capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return setpriv if check.returncode == 0 else None
+
+
+def _leashed(cmd: list[str], procs: list[str], launcher: list[str]) -> list[str]:
+    """``cmd`` behind the leash (:mod:`bsb.tasks.code.sandbox_launch`): SIGKILL when this process dies, nothing if it
+    is already gone, the cgroup leaf joined (thread-safe, unlike a preexec hook). util-linux's ``setpriv`` and a shell
+    where there is one (two execs), else the launcher's own leash (a Python start, ~15 ms more a run)."""
+    setpriv = _setpriv()
+    if setpriv is None:
+        return [*launcher, "leash", *cmd]
+    joins = "".join(f"echo $$ > {shlex.quote(p)} && " for p in procs)
+    script = f'[ "$PPID" = {os.getpid()} ] || exit 125; {joins}exec "$@"'  # $PPID: read after setpriv's prctl
+    return [setpriv, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", script, "sh", *cmd]
+
+
+def _supervise(cmd: list[str], stdin: bytes, timeout_s: float, output_limit: int, cwd: str, spec: str) -> SandboxResult:
     start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=cwd,
-        close_fds=True,
-        start_new_session=True,
-        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "BSB_SANDBOX_SPEC": spec},  # not argv: /proc/1/cmdline
-    )
-    writer = threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True)
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            close_fds=True,
+            start_new_session=True,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "BSB_SANDBOX_SPEC": spec},  # not argv: /proc/1/cmdline
+        )
+    except OSError as err:  # the interpreter cannot be executed: the launcher's own failure, as when it exits 125
+        return SandboxResult("error", None, "", "", f"bsb-sandbox: starting {cmd[0]} failed: {err.strerror}")
+    writer = threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True)
     writer.start()
     out, err, why = bytearray(), bytearray(), None
     sel = selectors.DefaultSelector()

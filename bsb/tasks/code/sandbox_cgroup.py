@@ -5,18 +5,25 @@ where the machine lets bsb write one (as root), each run gets a leaf with ``memo
 ``max_processes`` tasks, entered by the run's first process before it starts anything, and removed after the run.
 cgroup v2 (``memory.max``, ``memory.swap.max``, ``pids.max``) where it is mounted writable, else v1's ``memory`` and
 ``pids`` controllers. :func:`available` says which; without either, the per-process limits are all there is.
+
+A leaf is named by its owner (:mod:`bsb.tasks.code.sandbox_sweep`): a caller that died without removing its leaves
+leaves them to the next run, which kills what still runs in them and removes them (:func:`sweep`).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from functools import lru_cache
 from pathlib import Path
 
+from bsb.tasks.code.sandbox_sweep import owner_gone, owner_tag
+
 ROOT = Path("/sys/fs/cgroup")
 PARENT = "bsb-sandbox"
+LEAF = "run-"
 
 
 @lru_cache(maxsize=1)
@@ -42,16 +49,58 @@ def _writable(path: Path) -> bool:
         return False
 
 
+def _parents(kind: str | None) -> list[Path]:
+    if kind == "v2":
+        return [ROOT / PARENT]
+    if kind == "v1":
+        return [ROOT / "memory" / PARENT, ROOT / "pids" / PARENT]
+    return []
+
+
+def _remove(leaf: Path, tries: int = 50) -> None:
+    """Kill what runs in ``leaf``, then remove it (the kernel may take a moment to empty it)."""
+    for _ in range(tries):
+        try:
+            if (leaf / "cgroup.kill").exists():
+                (leaf / "cgroup.kill").write_text("1")
+            else:
+                for pid in (leaf / "cgroup.procs").read_text().split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            leaf.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
+
+
+def sweep() -> list[Path]:
+    """Kill and remove the leaves whose owner no longer runs; returns them."""
+    stale = []
+    for parent in _parents(available()):
+        try:
+            leaves = [p for p in parent.iterdir() if p.is_dir() and owner_gone(p.name, LEAF)]
+        except OSError:
+            continue
+        for leaf in leaves:
+            _remove(leaf)
+            stale.append(leaf)
+    return stale
+
+
 class RunCgroup:
-    """The leaf of one run: ``enter_command`` prefixes a command so its first process joins the leaf before it execs;
-    :meth:`close` reads whether memory ran out and removes the leaf."""
+    """The leaf of one run: the run's first process writes its pid into each of :attr:`procs` before it starts
+    anything; :meth:`close` reads whether memory ran out and removes the leaf."""
 
     def __init__(self, memory_mb: int, max_processes: int):
         self.kind = available()
         self.dirs: list[Path] = []
         if self.kind is None:
             return
-        name = f"run-{uuid.uuid4().hex[:12]}"
+        name = f"{LEAF}{owner_tag()}-{uuid.uuid4().hex[:12]}"
         limit = str(memory_mb << 20)
         if self.kind == "v2":
             parent = ROOT / PARENT
@@ -79,12 +128,10 @@ class RunCgroup:
             (pids / "pids.max").write_text(str(max_processes + 2))
             self.dirs = [mem, pids]
 
-    def enter_command(self, cmd: list[str]) -> list[str]:
-        """``cmd`` started by a shell that first moves itself into the leaf (thread-safe, unlike a preexec hook)."""
-        if not self.dirs:
-            return cmd
-        joins = " && ".join(f"echo $$ > {d}/cgroup.procs" for d in self.dirs)
-        return ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh", *cmd]
+    @property
+    def procs(self) -> list[str]:
+        """The files the run's first process joins the leaf through (thread-safe, unlike a preexec hook)."""
+        return [str(d / "cgroup.procs") for d in self.dirs]
 
     def out_of_memory(self) -> bool:
         """Whether the run hit its memory budget (the kernel then kills a process of it)."""
@@ -112,11 +159,4 @@ class RunCgroup:
 
     def close(self) -> None:
         for d in self.dirs:
-            for _ in range(50):  # the run's processes are reaped; the kernel may take a moment to empty the leaf
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.02)
+            _remove(d)

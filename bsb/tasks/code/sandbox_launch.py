@@ -14,15 +14,24 @@ directories:
   run's disk quota, gone with the run.
 
 Then it forks; the child joins a fresh session keyring, sets the rlimits, drops to the sandbox uid (no groups,
-``no_new_privs``), enters ``/tmp/work`` and executes the program. The launcher reaps every process of the run and
-exits with the program's code, or 128 + the signal that ended it; when it exits, the kernel kills whatever is left in
-the PID namespace. Its own failures exit 125 with a "bsb-sandbox:" line.
+``no_new_privs``), installs the seccomp filter (:mod:`bsb.tasks.code.sandbox_seccomp`, handed over in the spec),
+enters ``/tmp/work`` and executes the program. The launcher reaps every process of the run and exits with the
+program's code, or 128 + the signal that ended it; when it exits, the kernel kills whatever is left in the PID
+namespace. Its own failures exit 125 with a "bsb-sandbox:" line.
+
+Nothing of a run outlives its caller. The run's first process is a *leash*: it asks the kernel for SIGKILL when the
+caller dies (``PR_SET_PDEATHSIG``), gives up if the caller is already gone, joins the run's cgroup leaf and executes
+``CMD`` (``unshare ... python -c SOURCE``, or the launcher itself without namespaces), which keeps that signal. The
+caller builds it from util-linux's ``setpriv --pdeathsig`` and a shell where ``setpriv`` exists, else starts this
+file as one (``python -c SOURCE leash CMD...``, :func:`leash`). ``unshare --kill-child`` passes the same signal on to
+the launcher, the launcher to the program, and the PID namespace takes the rest.
 """
 
 import ctypes
 import json
 import os
 import resource
+import signal
 import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
@@ -30,6 +39,8 @@ MS_BIND, MS_REC, MS_PRIVATE = 1 << 12, 1 << 14, 1 << 18
 MNT_DETACH = 2
 VISIBLE = "/tmp/work"  # the run's directory, as the program sees it
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_PDEATHSIG = 1
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 KEYCTL_JOIN_SESSION_KEYRING = 1
@@ -52,6 +63,35 @@ def _mount(libc, source, target, fstype=None, flags=0, data=None):
 def _bind_ro(libc, source: str, target: str) -> None:
     _mount(libc, source, target, None, MS_BIND | MS_REC)
     _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def die_with_parent(libc, parent: int) -> None:
+    """SIGKILL this process when ``parent`` dies; end now if it already has (the signal would never come)."""
+    if libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0), 0) != 0:
+        fail(f"PR_SET_PDEATHSIG failed (errno {ctypes.get_errno()})")
+    if os.getppid() != parent:
+        os._exit(125)
+
+
+def install_filter(libc, program: bytes) -> None:
+    """The seccomp filter (``struct sock_filter`` records) on this process and what it executes."""
+    buf = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(buf))
+    if libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), ctypes.c_ulong(0), 0) != 0:
+        fail(f"installing the seccomp filter failed (errno {ctypes.get_errno()})")
+
+
+def leash(libc, spec: dict, cmd: list[str]) -> None:
+    """The run's first process (see the module docstring): dies with the caller, joins the cgroup leaf, runs ``cmd``."""
+    die_with_parent(libc, spec["caller"])
+    for procs in spec["cgroup_procs"]:
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+    os.execvp(cmd[0], cmd)
 
 
 def build_root(libc, spec: dict, program: bytes) -> None:
@@ -101,6 +141,15 @@ def build_root(libc, spec: dict, program: bytes) -> None:
 def main() -> None:
     spec = json.loads(os.environ["BSB_SANDBOX_SPEC"])
     libc = ctypes.CDLL(None, use_errno=True)
+    if sys.argv[1:2] == ["leash"]:
+        try:
+            leash(libc, spec, sys.argv[2:])
+        except OSError as err:
+            fail(f"starting the run failed: {err}")
+    # the leash's signal, again: under unshare this process is its child, not the leash itself
+    if libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0), 0) != 0:
+        fail(f"PR_SET_PDEATHSIG failed (errno {ctypes.get_errno()})")
+    launcher = os.getpid()
     if spec["isolate"]:
         with open(os.path.join(spec["workdir"], "prog.py"), "rb") as f:
             program = f.read()
@@ -127,8 +176,11 @@ def main() -> None:
                 os.setgroups([])
                 os.setgid(spec["uid"])
                 os.setuid(spec["uid"])
+            die_with_parent(libc, launcher)  # after the uid drop, which clears it
             if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
                 fail("no_new_privs failed")
+            if spec["seccomp"]:
+                install_filter(libc, bytes.fromhex(spec["seccomp"]))
             env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/nonexistent", "PYTHONHASHSEED": "0"}
             os.execve(spec["python"], [spec["python"], "-I", "-S", "-B", "prog.py"], env)
         except BaseException as err:  # noqa: BLE001 - anything here is the launcher's failure, reported as such

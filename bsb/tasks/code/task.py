@@ -31,11 +31,18 @@ from bsb.tasks.synthetic.code import make_recipe
 CODE_SUFFIX = "\nFinal program:\n```python\n"
 FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 RESULT = "@@bsb-result@@"
+# The function's name is data (a quoted literal, looked up at run time in the program's own namespace), never code:
+# a name from a data file cannot call anything the program did not define, a builtin included.
 HARNESS = """
 
 import json as _bsb_json, sys as _bsb_sys
+_bsb_name = {fn!r}
 _bsb_args = [_bsb_json.loads(_l) for _l in _bsb_sys.stdin.read().split("\\n") if _l.strip()]
-_bsb_fn = getattr(Solution(), {fn!r}) if "Solution" in globals() and hasattr(Solution, {fn!r}) else {fn}
+_bsb_solution = globals().get("Solution")
+if isinstance(_bsb_solution, type) and hasattr(_bsb_solution, _bsb_name):
+    _bsb_fn = getattr(_bsb_solution(), _bsb_name)
+else:
+    _bsb_fn = globals()[_bsb_name]
 print("\\n{marker}" + _bsb_json.dumps(_bsb_fn(*_bsb_args)))
 """
 

@@ -5,6 +5,11 @@ data set named ``hf://owner/name[:split]`` (through ``datasets``; ``hf:///a/dir[
 The schema is recognised from the first row's columns, or named (``format=``); every row must be of that schema
 (a file mixing schemas is an error). A malformed row is an error that names the file, the line (or row) and the
 field; a gold answer is never guessed from a field it cannot be read from.
+
+Every file has limits, checked before decoding where the format allows: ``MAX_FILE_BYTES`` of decoded rows in all
+(the file's size for text formats, the footer's sizes and then the decoded Arrow cells for Parquet) and
+``MAX_CELL_BYTES`` a cell (``MAX_LINE_BYTES`` a JSONL line). Whatever makes a file unreadable (a row, a limit, the
+csv, json or pyarrow library's own error) is one :class:`DataFileError` naming the file.
 """
 
 from __future__ import annotations
@@ -17,9 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bsb.tasks.base import Problem
-from bsb.tasks.data.schemas import SCHEMAS, RowError, detect
+from bsb.tasks.data.arrow_rows import check_table, parquet_rows
+from bsb.tasks.data.schemas import SCHEMAS, DataFileError, RowError, detect
 
 SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+MAX_FILE_BYTES = 8 << 30  # a file's rows, decoded (a text file's size; a Parquet file's decoded cells)
+MAX_CELL_BYTES = 256 << 20  # one cell, decoded (LiveCodeBench's largest compressed hidden tests are far smaller)
+MAX_LINE_BYTES = 64 << 20  # one JSONL problem (hidden tests included); a longer line is refused before it is parsed
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,7 @@ def hub_rows(source: HubDataset) -> list[tuple[str, object]]:
                 raise ValueError(f"{source}: {str(err).splitlines()[0]}") from None
     except (FileNotFoundError, ConnectionError, datasets.exceptions.DatasetNotFoundError) as err:
         raise FileNotFoundError(f"{source}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+    check_table(data.data.table, source, 0, MAX_CELL_BYTES, MAX_FILE_BYTES, 0)  # before any row becomes Python
     return [(f"row {i}", dict(r)) for i, r in enumerate(data)]
 
 
@@ -96,43 +106,79 @@ def read_rows(path: str | Path) -> list[tuple[str, object]]:
         return hub_rows(path)
     if not path.exists():
         raise FileNotFoundError(f"no problem file at {path}")
+    if path.suffix not in SUFFIXES:
+        raise DataFileError(f"{path}: unknown problem file type {path.suffix!r}; use {', '.join(SUFFIXES)}")
     if path.suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError as err:
-            raise ImportError("reading Parquet needs pyarrow (pip install pyarrow)") from err
-        return [(f"row {i}", r) for i, r in enumerate(pq.read_table(path).to_pylist())]
+        return parquet_rows(path, MAX_FILE_BYTES, MAX_CELL_BYTES)
+    size = path.stat().st_size  # a text file decodes to at most its size
+    if size > MAX_FILE_BYTES:
+        raise DataFileError(f"{path}: {size:,} bytes, over the {MAX_FILE_BYTES:,}-byte limit of a problem file")
     if path.suffix == ".csv":
-        with path.open(newline="", encoding="utf-8") as f:
-            return [(f"row {i}", dict(r)) for i, r in enumerate(csv.DictReader(f))]
+        return _csv_rows(path)
     if path.suffix == ".json":
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as err:
-            raise ValueError(f"{path}: not UTF-8 text (byte {err.start})") from None
+            raise DataFileError(f"{path}: not UTF-8 text (byte {err.start})") from None
         data = _json(text, f"{path}")
         if not isinstance(data, list):
-            raise ValueError(f"{path}: a .json problem file holds a list of objects")
-        return [(f"row {i}", r) for i, r in enumerate(data)]
-    if path.suffix == ".jsonl":
-        rows = []
-        with path.open("rb") as f:
-            for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), start=1):
-                if len(raw) > MAX_LINE_BYTES:
-                    raise ValueError(
-                        f"{path}:{n}: a line over {MAX_LINE_BYTES >> 20} MiB; one problem per line, each a JSON object"
-                    )
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise ValueError(f"{path}:{n}: not UTF-8 text") from None
-                if line.strip():
-                    rows.append((f"line {n}", _json(line, f"{path}:{n}")))
+            raise DataFileError(f"{path}: a .json problem file holds a list of objects")
+        rows = [(f"row {i}", r) for i, r in enumerate(data)]
+        for where, row in rows:
+            _check_cells(path, where, row)
         return rows
-    raise ValueError(f"{path}: unknown problem file type {path.suffix!r}; use {', '.join(SUFFIXES)}")
+    rows = []
+    with path.open("rb") as f:
+        for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise DataFileError(
+                    f"{path}:{n}: a line over {MAX_LINE_BYTES >> 20} MiB; one problem per line, each a JSON object"
+                )
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise DataFileError(f"{path}:{n}: not UTF-8 text") from None
+            if line.strip():
+                rows.append((f"line {n}", _json(line, f"{path}:{n}")))
+    return rows
 
 
-MAX_LINE_BYTES = 64 << 20  # one JSONL problem (hidden tests included); a longer line is refused before it is parsed
+def _csv_rows(path: Path) -> list[tuple[str, object]]:
+    """A CSV file's rows, a cell over ``MAX_CELL_BYTES`` refused by the parser as it reads it. The csv module's
+    field limit is process-wide: set for this read only (the loaders run on one thread)."""
+    rows = []
+    previous = csv.field_size_limit(MAX_CELL_BYTES)
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            for i, r in enumerate(csv.DictReader(f)):
+                rows.append((f"row {i}", dict(r)))
+    except csv.Error as err:
+        over = "field larger than field limit" in str(err)
+        why = f"a cell over {MAX_CELL_BYTES:,} bytes" if over else f"not a readable CSV file ({err})"
+        raise DataFileError(f"{path}, row {len(rows)}: {why}") from None
+    except UnicodeDecodeError as err:
+        raise DataFileError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    finally:
+        csv.field_size_limit(previous)
+    return rows
+
+
+def _check_cells(path: Path, where: str, row) -> None:
+    """A parsed JSON row's cells under ``MAX_CELL_BYTES`` (text at its length, anything else at 8 bytes a value)."""
+    if not isinstance(row, dict):
+        return
+    for name, value in row.items():
+        size, stack = 0, [value]
+        while stack and size <= MAX_CELL_BYTES:
+            v = stack.pop()
+            if isinstance(v, dict):
+                stack.extend(v.keys())
+                stack.extend(v.values())
+            elif isinstance(v, list):
+                stack.extend(v)
+            size += len(v) if isinstance(v, str) else 8
+        if size > MAX_CELL_BYTES:
+            raise DataFileError(f"{path}, {where}: column {name!r} holds over {MAX_CELL_BYTES:,} bytes")
 
 
 def _json(text: str, where: str):
@@ -140,9 +186,9 @@ def _json(text: str, where: str):
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
-        raise ValueError(f"{where}: not a JSON object ({err.msg}); one problem per line") from None
+        raise DataFileError(f"{where}: not a JSON object ({err.msg}); one problem per line") from None
     except RecursionError:
-        raise ValueError(f"{where}: JSON nested too deeply to be a problem") from None
+        raise DataFileError(f"{where}: JSON nested too deeply to be a problem") from None
 
 
 def rows_to_problems(
@@ -154,17 +200,17 @@ def rows_to_problems(
     """Every row through ``read(row, index)``: no rows, a row that is not an object, a :class:`RowError`
     (re-raised naming the file and the row) or a duplicate id is an error."""
     if not rows:
-        raise ValueError(f"{path} holds no problems")
+        raise DataFileError(f"{path} holds no problems")
     problems, seen = [], set()
     for i, (where, row) in enumerate(rows):
         if not isinstance(row, dict):
-            raise ValueError(f"{path}, {where}: expected {what}")
+            raise DataFileError(f"{path}, {where}: expected {what}")
         try:
             problem = read(row, i)
         except RowError as err:
-            raise ValueError(f"{path}, {where}: {err}") from None
+            raise DataFileError(f"{path}, {where}: {err}") from None
         if problem.id in seen:
-            raise ValueError(f"{path}, {where}: duplicate id {problem.id!r}")
+            raise DataFileError(f"{path}, {where}: duplicate id {problem.id!r}")
         seen.add(problem.id)
         problems.append(problem)
     return problems

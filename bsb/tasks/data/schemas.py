@@ -46,6 +46,11 @@ class RowError(ValueError):
     """A row that cannot be read; the loader adds the file and the row."""
 
 
+class DataFileError(ValueError):
+    """A problem file that cannot be read, whatever failed (a row, the format's own library, a size limit): the one
+    error the loaders raise for a file's content, naming the file (and the row, where there is one)."""
+
+
 def as_text(value, field: str) -> str:
     """``value`` as text where text belongs: a string (or a finite number, written as read); a null, a mapping, a list
     or a bool is a :class:`RowError`, never its ``repr`` as a prompt, a gold answer or a test's stdin; so is a string
@@ -62,6 +67,16 @@ def as_text(value, field: str) -> str:
     except UnicodeEncodeError:
         raise RowError(f"field {field!r}: not valid Unicode text (a lone surrogate)") from None
     return text
+
+
+def as_id(row: Mapping, names: tuple[str, ...], default: str, field: str | None = None) -> str:
+    """A row's id: the first of ``names`` that holds a value, as text (a list or a mapping is a :class:`RowError`,
+    never its ``repr``), else ``default``. ``field`` names it in errors (default: the column's name)."""
+    for name in names:
+        value = row.get(name)
+        if value is not None and not _blank(value):
+            return as_text(value, field or name)
+    return default
 
 
 def _blank(value) -> bool:
@@ -119,7 +134,7 @@ def read_verl(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
     text = user[-1]
     convention = "answer_line" if row.get("data_source") == "math_dapo" or "Answer:" in text else "boxed"
     extra = row.get("extra_info") if isinstance(row.get("extra_info"), Mapping) else {}
-    pid = str(extra.get("index", f"{path_stem}-{index}"))
+    pid = as_id(extra, ("index",), f"{path_stem}-{index}", "extra_info.index")
     return _problem(
         pid,
         text,
@@ -151,7 +166,7 @@ def read_olympiad(row: Mapping, index: int, path_stem: str, seed: int) -> Proble
     multiple = bool(row.get("is_multiple_answer"))
     unit = row.get("unit") or ""
     return _problem(
-        str(row.get("id", f"{path_stem}-{index}")),
+        as_id(row, ("id",), f"{path_stem}-{index}"),
         question,
         answers,
         "boxed",
@@ -171,7 +186,7 @@ def read_gpqa(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
         if value is None or not as_text(value, name).strip():
             raise RowError(f"GPQA needs 4 options: missing or empty field {name!r}")
         wrong.append(as_text(value, name).strip())
-    pid = str(row.get("Record ID") or f"{path_stem}-{index}")
+    pid = as_id(row, ("Record ID",), f"{path_stem}-{index}")
     options = [correct] + wrong
     order = list(range(4))
     random.Random(f"{seed}-{pid}").shuffle(order)  # a fixed permutation per question and seed
@@ -183,7 +198,7 @@ def read_gpqa(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
 
 def read_math500(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
     return _problem(
-        str(row.get("unique_id") or f"{path_stem}-{index}"),
+        as_id(row, ("unique_id",), f"{path_stem}-{index}"),
         _text(row, "problem"),
         [_text(row, "answer")],
         "boxed",
@@ -221,7 +236,7 @@ def read_aime(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
     answer = _strip_dollars(as_text(raw, "answer"))
     if not answer.lstrip("-").isdigit():
         raise RowError(f"an AIME answer is an integer, got {raw!r}")
-    pid = next((str(row[k]) for k in ("ID", "id", "problem_idx") if row.get(k) is not None), f"{path_stem}-{index}")
+    pid = as_id(row, ("ID", "id", "problem_idx"), f"{path_stem}-{index}")
     return _problem(pid, text, [str(int(answer))], "boxed", year=row.get("year"))
 
 
@@ -251,7 +266,7 @@ def read_plain(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
             "not stringified"
         )
     text = as_text(raw, "answer").strip()
-    pid = next((str(row[f]) for f in ID_FIELDS if row.get(f) is not None), f"{path_stem}-{index}")
+    pid = as_id(row, ID_FIELDS, f"{path_stem}-{index}")
     if "####" in text:  # a GSM8K-style worked answer
         text = text.rsplit("####", 1)[1].strip().replace(",", "")
     elif "\\boxed" in text or "\\fbox" in text:  # a MATH-style worked solution

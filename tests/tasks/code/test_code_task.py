@@ -187,3 +187,56 @@ def test_hidden_tests_parse_from_a_gold_answer_stored_as_json(task):
     assert task.parse_answer({"tests": [{"input": "[1]", "output": "2", "testtype": "functional"}], "fn_name": "g"}).fn_name == "g"
     with pytest.raises(ValueError, match="cannot read hidden tests"):
         task.parse_answer("42")
+
+
+# ------------------------------------------------------------------ the second hostile round: data files cannot grade
+
+
+def test_a_function_name_from_a_data_file_cannot_pay_reward(task, tmp_path):
+    """Found: fn_name was pasted into the harness: `"fn_name": "(lambda *a: 1)"` graded print("I solve nothing") at 1.0."""
+    row = {"problem": "Return 1.", "tests": json.dumps({"inputs": [[2]], "outputs": [1], "fn_name": "(lambda *a: 1)"})}
+    with pytest.raises(ValueError, match=r"line 1: .*fn_name must be a Python identifier, got '\(lambda \*a: 1\)'"):
+        load_code_problems(_write(tmp_path / "evil.jsonl", [row]))
+    with pytest.raises(ValueError, match="fn_name must be a Python identifier"):
+        CodeTests("function", ("2",), ("1",), "(lambda *a: 1)")
+    # a name the program does not define is looked up in the program alone, never a builtin that happens to answer
+    builtin = Problem("b", "Return the length.", CodeTests("function", ("[1, 2, 3]",), ("3",), "len"))
+    v = task.verify('```python\nprint("I solve nothing")\n```', builtin)
+    assert v.reward == 0.0 and not v.correct and v.reason == "error", v
+    solved = task.verify("```python\ndef len(xs):\n    return 3\n```", builtin)
+    assert solved.correct  # the program's own function of that name is called
+
+
+@pytest.mark.parametrize("tests, match", [
+    # TACO strings where lists belong became one test per character
+    ({"inputs": "12", "outputs": "34"}, "field 'tests': 'inputs' must be a list, got str"),
+    ({"inputs": ["1\n"], "outputs": "34"}, "field 'tests': 'outputs' must be a list, got str"),
+    ({"inputs": {"a": 1, "b": 2}, "outputs": [1, 2]}, "field 'tests': 'inputs' must be a list, got dict"),
+    ({"inputs": [[1]], "outputs": [1], "fn_name": ["f"]}, "fn_name must be a Python identifier, got \\['f'\\]"),
+    ({"inputs": [[1]], "outputs": [1], "fn_name": "class"}, "fn_name must be a Python identifier, got 'class'"),
+    ([{"input": "[1]", "output": "1", "testtype": "functional", "metadata": "f"}],
+     "field 'tests', test 0: 'metadata' must be an object, got str"),
+    ([{"input": "[1]", "output": "1", "testtype": "functional", "metadata": ["func_name", "f"]}],
+     "field 'tests', test 0: 'metadata' must be an object, got list"),
+    ([{"input": "[1, 2", "output": "1", "testtype": "functional", "metadata": {"func_name": "f"}}],
+     "test 0: a function test's input is one JSON value per line"),
+    ([{"input": {"x": 1}, "output": "1", "type": "stdin_stdout"}], "expected text, got dict"),
+])
+def test_garbled_test_shapes_are_row_errors(tmp_path, tests, match):
+    path = _write(tmp_path / "garbled.jsonl", [{"problem": "p", "tests": json.dumps(tests)}])
+    with pytest.raises(ValueError, match=match) as err:
+        load_code_problems(path)
+    assert "garbled.jsonl, line 1" in str(err.value)
+
+
+@pytest.mark.parametrize("row, match", [
+    ({**DC_PRIME, "id": [1, 2]}, "field 'id': expected text, got list"),
+    ({**DC_PRIME, "problem_id": {"a": 1}}, "field 'problem_id': expected text, got dict"),
+    ({**LCB_STDIN, "question_id": ["abc"]}, "field 'question_id': expected text, got list"),
+    ({**DC_PRIME, "metadata": json.dumps(["func_name", "f"])}, "field 'metadata': expected an object, got list"),
+])
+def test_list_or_dict_ids_and_metadata_are_row_errors(tmp_path, row, match):
+    from bsb.tasks.data.files import DataFileError
+
+    with pytest.raises(DataFileError, match=match):
+        load_code_problems(_write(tmp_path / "ids.jsonl", [row]))

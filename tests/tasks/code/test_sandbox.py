@@ -296,3 +296,189 @@ def test_forked_children_share_one_memory_budget():
     assert int(r.stdout.split()[0]) > 0  # the kernel ended children past the run's budget
     for parent in (Path("/sys/fs/cgroup/memory/bsb-sandbox"), Path("/sys/fs/cgroup/bsb-sandbox")):
         assert not list(parent.glob("run-*")), "a run's cgroup leaf was left behind"
+
+
+# ------------------------------------------------------------------ the second hostile round: keys, namespaces, orphans
+
+needs_seccomp = pytest.mark.skipif(not layers()["seccomp"], reason="no seccomp filter here (needs Linux x86_64 or aarch64)")
+needs_x86 = pytest.mark.skipif(os.uname().machine != "x86_64", reason="the programs' syscall numbers are x86_64's")
+SYSCALLS = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "def call(*args):\n    r = libc.syscall(*args)\n    return r, ctypes.get_errno() if r < 0 else 0\n")
+
+
+@needs_seccomp
+@needs_x86
+def test_a_run_can_make_no_key_another_run_could_read():
+    """Found: a key added to the session keyring (opened with SETPERM 0x3f3f3f3f) was listed in a concurrent run's
+    /proc/keys, and one added to the user keyring outlived the run."""
+    marker = f"bsb-key-{os.getpid()}"
+    prog = SYSCALLS + (
+        "import sys\nsecret = sys.stdin.read().encode()\n"
+        f"d = b{marker!r}\n"
+        "print('add_user', *call(248, b'user', d, secret, len(secret), -4))\n"  # add_key to KEY_SPEC_USER_KEYRING
+        "print('add_session', *call(248, b'user', d, secret, len(secret), -3))\n"
+        "print('request', *call(249, b'user', d, None, 0))\n"  # request_key
+        "print('setperm', *call(250, 5, -3, 0x3f3f3f3f))\n"  # keyctl(KEYCTL_SETPERM) on the session keyring
+        "print('join', *call(250, 1, None))\n"  # keyctl(KEYCTL_JOIN_SESSION_KEYRING)
+        "print('keys', d.decode() in open('/proc/keys').read())\n")
+    with SandboxPool(2, timeout_s=3.0, memory_mb=256, total_memory_mb=512) as pool:
+        runs = pool.map([(prog, "hidden-input-1"), (prog, "hidden-input-2")])
+    for r in runs:
+        assert r.ok, r.reason
+        got = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+        assert all(got[k] == "-1 1" for k in ("add_user", "add_session", "request", "setperm", "join")), got  # EPERM
+        assert got["keys"] == "False"
+    with open("/proc/keys") as f:
+        assert marker not in f.read()  # nothing stays on the host
+
+
+@needs_seccomp
+def test_user_namespaces_are_refused():
+    """Found: `unshare -U -r id -u` printed 0 inside the sandbox."""
+    prog = ("import subprocess\nr = subprocess.run(['unshare', '-U', '-r', 'id', '-u'], capture_output=True, text=True)\n"
+            "print(repr(r.stdout), r.returncode, r.stderr.strip())\n")
+    r = run_program(prog, **LIMITS)
+    assert r.ok and "'0\\n'" not in r.stdout and "Operation not permitted" in r.stdout, r.stdout
+
+
+@needs_seccomp
+@needs_x86
+def test_unshare_and_clone_into_new_namespaces_are_refused():
+    prog = SYSCALLS + (
+        "print('unshare', *call(272, 0x10000000))\n"  # unshare(CLONE_NEWUSER)
+        "r = call(56, 0x10000000 | 17, 0, 0, 0, 0)\n"  # clone(CLONE_NEWUSER | SIGCHLD): a fork into a new user namespace
+        "if r[0] == 0:\n    os._exit(0)\n"
+        "print('clone', *r)\n"
+        "print('setns', *call(308, 0, 0))\n")
+    r = run_program(prog, **LIMITS)
+    assert r.ok and r.stdout.splitlines() == ["unshare -1 1", "clone -1 1", "setns -1 1"], r.stdout
+
+
+@needs_seccomp
+@needs_x86
+def test_ptrace_is_refused():
+    prog = SYSCALLS + "print('traceme', *call(101, 0, 0, 0, 0))\n"  # ptrace(PTRACE_TRACEME)
+    r = run_program(prog, **LIMITS)
+    assert r.ok and r.stdout == "traceme -1 1\n", r.stdout
+
+
+@needs_seccomp
+@needs_x86
+def test_mount_is_refused_even_inside_a_new_user_namespace():
+    prog = SYSCALLS + (
+        "call(272, 0x10000000 | 0x20000)\n"  # unshare(CLONE_NEWUSER | CLONE_NEWNS), refused or not
+        "os.mkdir('m')\n"
+        "print('mount', *call(165, b'none', b'm', b'tmpfs', 0, None))\n")
+    r = run_program(prog, **LIMITS)
+    assert r.ok and r.stdout == "mount -1 1\n", r.stdout
+
+
+def _stale_leaves(pid: int) -> list[Path]:
+    roots = (Path("/sys/fs/cgroup/bsb-sandbox"), Path("/sys/fs/cgroup/memory/bsb-sandbox"), Path("/sys/fs/cgroup/pids/bsb-sandbox"))
+    return [leaf for root in roots for leaf in root.glob(f"run-*-{pid}-*")]
+
+
+@pytest.mark.parametrize("leash", ["setpriv", "launcher"])
+def test_a_killed_caller_leaves_no_program_cgroup_or_folder(leash):
+    """Found: SIGKILL the caller of run_program while its program sleeps: unshare, the launcher and the program ran on,
+    and the run's cgroup leaves and /tmp/bsb-sandbox-* folder stayed. Both leashes: util-linux's setpriv, and the
+    launcher's own where there is no setpriv."""
+    import subprocess
+    import tempfile
+
+    no_setpriv = "sandbox._setpriv = lambda: None\n" if leash == "launcher" else ""
+    caller = subprocess.Popen([sys.executable, "-c", f"from bsb.tasks.code import sandbox\n{no_setpriv}"
+                               "sandbox.run_program('import time\\ntime.sleep(600)', timeout_s=8, memory_mb=256)"])
+
+    def program_running() -> bool:
+        for pid in _sandbox_processes():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/cmdline").read_bytes().endswith(b"prog.py\0"):
+                    return True
+        return False
+
+    deadline = time.time() + 20
+    while time.time() < deadline and not program_running():
+        time.sleep(0.05)
+    assert program_running()
+    assert caller.poll() is None
+    folders = list(Path(tempfile.gettempdir()).glob(f"bsb-sandbox-*-{caller.pid}-*"))
+    assert folders, "the run's folder names its owner"
+    caller.kill()
+    caller.wait()
+    deadline = time.time() + 3
+    while _sandbox_processes() and time.time() < deadline:
+        time.sleep(0.05)
+    assert _sandbox_processes() == [], "the launcher or the program outlived its caller"
+    assert run_program("print(1)", **LIMITS).ok  # the next run sweeps what the dead caller left
+    assert not any(f.exists() for f in folders)
+    assert _stale_leaves(caller.pid) == []
+
+
+def test_a_lone_surrogate_is_a_clear_failure_not_a_unicode_error():
+    """Found: run_program raised UnicodeEncodeError for a lone surrogate in the source or the input."""
+    r = run_program("print('\ud800')", **LIMITS)
+    assert r.status == "error" and "not valid Unicode" in r.reason
+    with pytest.raises(ValueError, match="stdin is not valid Unicode"):
+        run_program("print(1)", "\udcff", **LIMITS)
+
+
+@needs_seccomp
+@needs_x86
+def test_the_x32_numbering_is_no_way_around_the_filter():
+    prog = SYSCALLS + "print(*call(0x40000000 | 248, b'user', b'k', b'v', 1, -3))\n"  # add_key by its x32 number
+    r = run_program(prog, **LIMITS)
+    assert r.ok and r.stdout == "-1 1\n", r.stdout  # EPERM from the filter, not the kernel's ENOSYS
+
+
+def test_the_filter_is_built_for_both_architectures_and_refuses_unknown_ones():
+    from bsb.tasks.code.sandbox_seccomp import RET_KILL_PROCESS, filter_program
+
+    for machine in ("x86_64", "aarch64"):
+        prog = filter_program(machine)
+        assert len(prog) % 8 == 0 and int.from_bytes(prog[-4:], sys.byteorder) == RET_KILL_PROCESS
+    with pytest.raises(ValueError, match="no seccomp filter for riscv64"):
+        filter_program("riscv64")
+
+
+@needs_cgroup
+def test_a_stale_cgroup_leaf_is_killed_and_removed_by_the_next_run():
+    """A leaf whose owner died with something still running in it (a program that escaped its launcher's death)."""
+    import subprocess
+
+    from bsb.tasks.code.sandbox_cgroup import PARENT, ROOT, available
+    from bsb.tasks.code.sandbox_sweep import owner_tag
+
+    owner = subprocess.Popen(["sleep", "0.2"])
+    name = f"run-{owner_tag(owner.pid)}-deadbeef0000"
+    owner.wait()
+    leaves = [ROOT / PARENT / name] if available() == "v2" else [ROOT / c / PARENT / name for c in ("memory", "pids")]
+    straggler = subprocess.Popen(["sleep", "60"])
+    try:
+        for leaf in leaves:
+            leaf.mkdir(parents=True)
+            (leaf / "cgroup.procs").write_text(str(straggler.pid))
+        assert run_program("print(1)", **LIMITS).ok
+        assert straggler.wait(5) == -signal.SIGKILL
+        assert not any(leaf.exists() for leaf in leaves)
+    finally:
+        straggler.kill()
+        straggler.wait()
+        for leaf in leaves:
+            with contextlib.suppress(OSError):
+                leaf.rmdir()
+
+
+def test_an_owner_is_gone_only_when_its_pid_no_longer_runs_as_itself():
+    import subprocess
+
+    from bsb.tasks.code.sandbox_sweep import owner_gone, owner_tag
+
+    ns, pid, start = owner_tag().split("-")
+    assert not owner_gone(f"run-{ns}-{pid}-{start}-abc", "run-")  # this process
+    assert owner_gone(f"run-{ns}-{pid}-{int(start) + 1}-abc", "run-")  # its pid, reused by a younger process
+    assert not owner_gone(f"run-{int(ns) + 1}-{pid}-{int(start) + 1}-abc", "run-")  # another PID namespace's
+    assert not owner_gone("run-abcdef012345", "run-") and not owner_gone("bsb-sandbox-x1y2", "bsb-sandbox-")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    assert owner_gone(f"run-{ns}-{dead.pid}-{start}-abc", "run-")

@@ -1,0 +1,113 @@
+"""Parquet and Arrow rows under a size budget (:mod:`bsb.tasks.data.files`): a file's total and any one cell.
+
+A Parquet file says in its footer how much each column chunk holds before decoding, so a file too big in all, or a
+row group of one row whose cell is too big, is refused before any of it is decoded. What the footer cannot bound is a
+value repeated through a dictionary (20 kB on disk, gigabytes as rows): byte arrays are therefore decoded into
+Arrow dictionaries, which stay the size of the file's own pages, and every cell's decoded size is counted there, a
+string at its length and a list or a struct at the sum of its parts, before any row becomes Python objects.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from bsb.tasks.data.schemas import DataFileError
+
+FIXED = 8  # what a number, a bool, a null or a list's entry counts
+
+
+def cell_bytes(array) -> np.ndarray:
+    """The decoded size of each value of an Arrow array: text and binary at their length, a dictionary entry at its
+    value's, a list at its values' sum (plus ``FIXED`` each), a struct at its fields' sum, anything else ``FIXED``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = array.type
+    n = len(array)
+    if pa.types.is_dictionary(t):
+        values = cell_bytes(array.dictionary)
+        if not len(values):
+            return np.zeros(n, dtype=np.int64)
+        idx = array.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        return np.where(array.is_null().to_numpy(zero_copy_only=False), 0, values[idx])
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return pc.binary_length(array).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t) or pa.types.is_fixed_size_list(t):
+        child = cell_bytes(array.flatten()) + FIXED
+        parents = pc.list_parent_indices(array).to_numpy(zero_copy_only=False)
+        return np.bincount(parents, weights=child, minlength=n).astype(np.int64)
+    if pa.types.is_struct(t):
+        total = np.full(n, FIXED, dtype=np.int64)
+        for field in array.flatten():
+            total += cell_bytes(field)
+        return total
+    if n and array.nbytes > FIXED * n:  # another layout (a union, an extension): its buffers shared out
+        return np.full(n, -(-array.nbytes // n), dtype=np.int64)
+    return np.full(n, FIXED, dtype=np.int64)
+
+
+def check_table(table, source: Path | str, first_row: int, max_cell: int, max_file: int, used: int) -> int:
+    """Refuse a cell of ``table`` over ``max_cell`` (naming its row, counted from ``first_row``, and column) or a
+    running total over ``max_file``; returns the total with this table counted."""
+    for name, column in zip(table.column_names, table.columns):
+        chunks = [cell_bytes(chunk) for chunk in column.chunks]
+        sizes = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+        over = np.flatnonzero(sizes > max_cell)
+        if over.size:
+            row = first_row + int(over[0])
+            raise DataFileError(f"{source}, row {row}: column {name!r} holds over {max_cell:,} bytes")
+        used += int(sizes.sum())
+        if used > max_file:
+            raise DataFileError(f"{source}: its rows decode to over the {max_file:,}-byte limit")
+    return used
+
+
+def parquet_rows(path: Path, max_file: int, max_cell: int) -> list[tuple[str, object]]:
+    """``(row N, row)`` of a Parquet file, under the two limits (see the module docstring)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as err:
+        raise ImportError("reading Parquet needs pyarrow (pip install pyarrow)") from err
+    try:
+        footer = pq.ParquetFile(path)
+        _check_footer(footer.metadata, path, max_file, max_cell)
+        schema = footer.schema
+        text = [
+            schema.column(i).path
+            for i in range(len(schema))
+            if schema.column(i).physical_type == "BYTE_ARRAY" and schema.column(i).logical_type.type != "DECIMAL"
+        ]
+        pf = pq.ParquetFile(path, read_dictionary=text)
+        rows, used = [], 0
+        for g in range(pf.num_row_groups):
+            table = pf.read_row_group(g)
+            used = check_table(table, path, len(rows), max_cell, max_file, used)
+            rows += table.cast(footer.schema_arrow).to_pylist()  # checked: expanded now, Python reads dense faster
+    except (pa.ArrowException, OSError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DataFileError(f"{path}: not a readable Parquet file ({first})") from None
+    return [(f"row {i}", r) for i, r in enumerate(rows)]
+
+
+def _check_footer(meta, path: Path, max_file: int, max_cell: int) -> None:
+    """The limits as far as the footer tells: each column chunk holds at least its pages' uncompressed size, and 8
+    bytes a value (what run-length-encoded values expand to)."""
+    total, first_row = 0, 0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        per_column: dict[str, int] = {}
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            size = max(chunk.total_uncompressed_size, chunk.num_values * FIXED)
+            top = chunk.path_in_schema.split(".")[0]
+            per_column[top] = per_column.get(top, 0) + size
+        for name, size in per_column.items():
+            if group.num_rows == 1 and size > max_cell:
+                raise DataFileError(f"{path}, row {first_row}: column {name!r} holds over {max_cell:,} bytes")
+        total += sum(per_column.values())
+        if total > max_file:
+            raise DataFileError(f"{path}: its rows decode to over the {max_file:,}-byte limit")
+        first_row += group.num_rows
