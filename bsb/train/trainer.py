@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from bsb import floors
 from bsb.embedded.model import resolve_model
 from bsb.engine.backend import capabilities
 from bsb.engine.boundaries import newline_token_mask
@@ -58,6 +59,8 @@ class Trainer:
         import transformers
 
         from bsb.engine.hf_backend import HFBackend
+
+        floors.check("transformers")  # an older release: one error naming the one bsb needs
 
         self.cfg = cfg
         # The task first: an unknown task, a bad option or a malformed problem file fails before any model loads.
