@@ -24,8 +24,8 @@ HELP = "probe FLOP overhead: the paper's arms (App. B), your step shape, a run's
 @dataclass
 class CostConfig:
     metrics: str | None = _f(None, "a run's metrics.jsonl: print its measured shares beside the analytical ones")
-    mean_chain_len: float | None = _f(None, "T̄ of your shape (adds a row)")
-    train_tokens: float = _f(0.0, "T_train, tokens trained per step")
+    mean_chain_len: float | None = _f(None, "T̄ of your shape (adds a row)", gt=0, le=MAX_COUNT)
+    train_tokens: float = _f(0.0, "T_train, tokens trained per step", ge=0, le=MAX_COUNT * 1000)
     prompts: int = _f(32, "P_gen", size_limit=MAX_COUNT)
     chains: int = _f(4, "M", size_limit=MAX_COUNT)
     siblings: int = _f(2, "k", size_limit=MAX_COUNT)
@@ -110,7 +110,9 @@ def cost_report(shape: cost.StepShape | None = None, metrics: str | Path | None 
         path = Path(metrics)
         if not path.exists():
             raise FileNotFoundError(f"no metrics file at {path} (bsb train writes out_dir/metrics.jsonl)")
-        m = cost.measured_shares([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
+        from bsb.train.run_folder import metric_rows
+
+        m = cost.measured_shares([json.loads(line) for line in metric_rows(path)])  # a torn last row is dropped
         rows["measured"] = m
         table.add_row(
             f"measured: {path} ({m['steps']} steps)",

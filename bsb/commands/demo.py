@@ -41,6 +41,9 @@ class DemoConfig(OfflineConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        if Path(self.out).is_dir():  # before minutes of sampling, not after
+            example = Path(self.out) / "demo.png"
+            raise ValueError(f"--out {self.out} is a folder: name the figure's file, e.g. {example}")
         if self.model != "embedded" and self.problems is None:
             raise ValueError("a model other than the embedded default needs a problem file: bsb demo MODEL PROBLEMS")
         if self.quick:

@@ -38,7 +38,7 @@ from pathlib import Path
 from bsb.commands.flags import command_parser, from_args
 from bsb.engine.backend import BACKEND_NAMES
 from bsb.engine.boundaries import candidate_pool
-from bsb.engine.bsv import task_direction
+from bsb.engine.bsv import BSVDirection, task_direction
 from bsb.engine.selectors import SELECTORS, make_selector
 from bsb.engine.vllm_backend import engine_max_len, rollout_backend
 from bsb.eval.contrast import fork_contrast
@@ -96,6 +96,8 @@ class ValidateConfig(OfflineConfig):
         super().__post_init__()
         if self.b is None:
             self.b = 3 if self.model == "embedded" else 10
+        if self.bsv_path is not None:
+            BSVDirection.load(self.bsv_path)  # a file that is not a direction: one error before any model loads
         self.selectors = tuple(self.selectors) or DEFAULT_SELECTORS
         classes = {}
         for s in self.selectors:  # registered names or package.module:Class

@@ -45,8 +45,17 @@ class BSVDirection:
 
     @classmethod
     def load(cls, path: str | Path) -> BSVDirection:
-        d = torch.load(path, map_location="cpu", weights_only=True)
-        return cls(int(d["layer"]), d["u_plus"], d["u_minus"], d["cos"])
+        try:
+            d = torch.load(path, map_location="cpu", weights_only=True)
+            direction = cls(int(d["layer"]), d["u_plus"], d["u_minus"], d["cos"])
+        except Exception as err:  # noqa: BLE001 - weights_only runs no code; a hostile file raises anything else
+            if isinstance(err, OSError):
+                raise
+            why = type(err).__name__
+            raise ValueError(f"{path}: not a BSV direction file (bsb fits one with fit_bsv): {why}") from None
+        if not all(isinstance(t, torch.Tensor) for t in (direction.u_plus, direction.u_minus, direction.cos)):
+            raise ValueError(f"{path}: not a BSV direction file (its vectors are not tensors)")
+        return direction
 
 
 @torch.no_grad()

@@ -18,6 +18,7 @@ forwards the chain once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # The paper's arms (App. B): (domain, model, T̄ mean chain length, T_train tokens trained per step, L read length).
@@ -129,13 +130,21 @@ def read_share_of_step(s: StepShape, design: str) -> float:
     return 2 * reads / (2 * rollout_tokens(s) + 6 * s.train_tokens + 2 * reads)
 
 
+STEP_FIELDS = ("probe_tokens", "tokens_generated", "tokens_trained", "probe_frac")  # what measured_shares reads
+
+
 def measured_shares(rows: list[dict]) -> dict:
     """Probe overhead measured by a run, from its ``metrics.jsonl`` step rows: token-forwards of the probe reads over
     the tokens generated (the measured F_probe / F_roll), the FLOP share of the step with the same 2N / 6N weights as
     :func:`probe_over_step`, and the wall-clock share of the step spent selecting (``probe_frac``)."""
-    steps = [r for r in rows if "probe_tokens" in r]
+    steps = [r for r in rows if isinstance(r, dict) and "probe_tokens" in r]
     if not steps:
         raise ValueError("no training-step rows (with probe_tokens) in these metrics")
+    for r in steps:  # a row that is not a step's numbers is one error naming it, not a TypeError or KeyError
+        for key in (*STEP_FIELDS, *(k for k in ("probe_tokens_floor",) if k in r)):
+            v = r.get(key)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"metrics row of step {r.get('step')!r}: {key} must be a number >= 0, got {v!r}")
     probe = sum(r["probe_tokens"] for r in steps)
     gen = sum(r["tokens_generated"] for r in steps)
     train = sum(r["tokens_trained"] for r in steps)

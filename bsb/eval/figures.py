@@ -20,7 +20,14 @@ def _plt():
 
 
 def _save(plt, fig, path) -> Path:
+    """Write ``fig`` as a PNG at ``path`` (``.png`` added to a name without a suffix, as matplotlib would) and return
+    the path written; a folder is one error, not a figure beside it."""
     path = Path(path)
+    if path.is_dir():
+        plt.close(fig)
+        raise IsADirectoryError(f"{path} is a folder: name the figure's file, e.g. {path / 'figure.png'}")
+    if not path.suffix:
+        path = path.with_suffix(".png")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)

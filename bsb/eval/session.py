@@ -54,7 +54,7 @@ class OfflineConfig(ProbeConfig):
     judge_endpoint: str = _f("chat", "the judge's API", choices=("chat", "completions"))
     judge_key_env: str = _f("BSB_JUDGE_API_KEY", "environment variable holding the judge's API key (optional)")
     judge_template: str | None = _f(None, "a judge prompt template file (default: bsb/engine/judge_prompt.txt)")
-    judge_timeout_s: float = _f(60.0, "seconds a judge request may take")
+    judge_timeout_s: float = _f(60.0, "seconds a judge request may take", gt=0, le=3600)
 
     def __post_init__(self):
         check_values(self)  # every field's facts, a subclass's too

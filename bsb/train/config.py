@@ -315,6 +315,10 @@ class TrainConfig(ProbeConfig):
             yield "unit_question_grad sets its own optimizer steps: keep minibatches=1"
         if self.clamped_prefix and self.advantage != "prefix_credit":
             yield "clamped_prefix modifies prefix_credit: set advantage=prefix_credit"
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = [n for n in self.resume_changes if not isinstance(n, str) or n not in names]
+        if unknown:
+            yield f"resume_changes names no field: {', '.join(map(repr, unknown))} (it lists config fields, e.g. [lr])"
         # A probe reads the suffix and one token after a prefix; the response budget must leave room for a fork.
         if self.max_response_len < MIN_FORK_TOKENS:
             yield f"max_response_len {self.max_response_len} is smaller than a probe (a prefix, a 2-token tail)"

@@ -40,6 +40,18 @@ CASES = [
     (["export", "{tmp}/no-run"], "no run folder at"),
     (["export", "{tmp}", "--best"], r"kept no best weights \(train with keep_best: true\)"),
     (["export", "{tmp}", "--best", "--step", "3"], "--best and --step choose different weights"),
+    # the second hostile round (issue 37): each accepted, hung or raised a traceback before
+    (["validate", "--bsv", "{tmp}/random.bsv"], "random.bsv: not a BSV direction file"),
+    (["validate", "--bsv", "{tmp}/bad.yaml"], "bad.yaml: not a BSV direction file"),
+    (["cost", "--metrics", "{tmp}/string_values.jsonl"], r"step 1: probe_frac must be a number >= 0, got 'x'"),
+    (["cost", "--metrics", "{tmp}/missing_values.jsonl"], r"step 1: tokens_generated must be a number >= 0, got None"),
+    (["cost", "--metrics", "{tmp}/random.bsv"], "random.bsv|codec|not a metrics row"),
+    (["cost", "--mean-chain-len", "1e308"], r"mean_chain_len must be in \(0, 10000000\], got 1e\+308"),
+    (["validate", "--read-len", "0"], "read_len must be >= 1"),
+    (["validate", "--judge-timeout-s", "-1"], r"judge_timeout_s must be in \(0, 3600\], got -1.0"),
+    (["demo", "--out", "{tmp}"], "is a folder: name the figure's file"),
+    (["train", "--set", "resume_changes=[bogus_field]"], "resume_changes names no field: 'bogus_field'"),
+    (["train", "--set", "task=code", "task_options={timeout_s: -1}"], r"task option timeout_s must be a number in"),
 ]
 
 
@@ -49,6 +61,11 @@ def test_a_bad_input_is_one_usage_line_and_exit_2(argv, message, tmp_path, capsy
 
     monkeypatch.chdir(pytest.importorskip("pathlib").Path(__file__).resolve().parents[2])
     (tmp_path / "bad.yaml").write_text("steps: 3\n  chains: [1,\n")
+    (tmp_path / "random.bsv").write_bytes(bytes(range(256)) * 2)
+    (tmp_path / "string_values.jsonl").write_text(
+        '{"step": 1, "probe_tokens": 5, "tokens_generated": 9, "tokens_trained": 9, "probe_frac": "x"}\n'
+    )
+    (tmp_path / "missing_values.jsonl").write_text('{"step": 1, "probe_tokens": 0, "time_step": 0}\n')
     start = time.monotonic()
     with pytest.raises(SystemExit) as done:
         main([a.replace("{tmp}", str(tmp_path)).replace("{ckpt}", checkpoint) for a in argv])

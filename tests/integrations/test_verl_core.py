@@ -451,3 +451,20 @@ def test_a_redirect_is_not_followed_by_the_probe():
         redirect.close()
         elsewhere.close()
     assert elsewhere.requests == []
+
+
+@pytest.mark.parametrize("key", ["token_id:²", "token_id:٣", "token_id:99999999999999999999999", "token_id:", "id:5", 5])
+def test_a_hostile_token_id_key_is_a_probe_error(key):
+    """``"²".isdigit()`` is true and int() refuses it; an id past int64 overflowed the tensor later (issue 37)."""
+    from bsb.integrations.verl.probe_client import _token_id
+
+    with pytest.raises(ProbeError, match="not a token id"):
+        _token_id(key)
+
+
+@pytest.mark.parametrize("value", [2**63, -1, 1.5, "7", True])
+def test_a_hostile_token_id_in_prompt_logprobs_is_a_probe_error(value):
+    from bsb.integrations.verl.probe_client import _id
+
+    with pytest.raises(ProbeError, match="as a token id"):
+        _id(value)

@@ -168,3 +168,23 @@ def test_other_failures_while_saving_are_not_taken_for_a_full_disk(run, monkeypa
     with pytest.raises(RuntimeError, match="a bug"):
         tr.save()
     tr.close()
+
+
+def test_a_failed_export_leaves_nothing_behind_and_keeps_the_old_one(run):
+    from bsb.commands.export import export
+
+    _, out = run
+    first = export(out)
+    (out / "final" / "config.json").write_text("{not json")
+    with pytest.raises(Exception, match="config.json|JSON|Expecting"):
+        export(out, force=True)
+    assert not (out / "export-final.tmp").exists() and (first / "bsb_export.json").exists()
+
+
+def test_a_figure_path_without_a_suffix_gets_png_and_a_folder_is_an_error(tmp_path):
+    from bsb.eval.figures import bar_chart
+
+    written = bar_chart(tmp_path / "bars", {"a": 1.0, "b": 2.0}, ylabel="E")
+    assert written == tmp_path / "bars.png" and written.exists()
+    with pytest.raises(IsADirectoryError, match="is a folder"):
+        bar_chart(tmp_path, {"a": 1.0}, ylabel="E")

@@ -24,6 +24,7 @@ import asyncio
 import json
 import logging
 import math
+import re
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -50,10 +51,21 @@ def _best(entries: Sequence[tuple[int, float]], k: int) -> tuple[list[float], li
     return [lp for _, lp in best], [tok for tok, _ in best]
 
 
+TOKEN_KEY = re.compile(r"token_id:([0-9]{1,18})")  # ASCII digits only ("²".isdigit() is true), within int64
+
+
 def _token_id(key: str) -> int:
-    if not isinstance(key, str) or not key.startswith("token_id:") or not key[9:].isdigit():
+    m = TOKEN_KEY.fullmatch(key) if isinstance(key, str) else None
+    if m is None:
         raise ProbeError(f"top_logprobs key {key!r} is not a token id: the server ignored return_tokens_as_token_ids")
-    return int(key[9:])
+    return int(m.group(1))
+
+
+def _id(value) -> int:
+    """A token id from a reply's list: an int within int64, never a bool, a float or a string."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise ProbeError(f"the server returned {value!r} as a token id")
+    return value
 
 
 def _logprob(value) -> float:
@@ -242,7 +254,11 @@ class PromptLogprobsProbe:
                 )
             logp, tok = [], []
             for pos in range(len(context) - 1, len(context) + read_len - 1):  # entry j: the belief over token j + 1
-                pairs = [(int(i), _logprob(v)) for i, v in zip(ids[pos], lps[pos]) if i is not None and v is not None]
+                try:
+                    row = list(zip(ids[pos], lps[pos]))
+                except (TypeError, IndexError, KeyError):
+                    raise ProbeError(f"the server's prompt_logprobs have no list at position {pos}") from None
+                pairs = [(_id(i), _logprob(v)) for i, v in row if i is not None and v is not None]
                 lp, tk = _best(pairs, k)
                 logp.append(lp)
                 tok.append(tk)

@@ -106,8 +106,15 @@ class CodeTask(SyntheticTask):
         suffix: str | None = None,
         read_len: int = 16,
     ):
-        if read_len < 1:
-            raise ValueError(f"task option read_len must be >= 1, got {read_len}")
+        for name, value, lo, hi in (
+            ("read_len", read_len, 1, 65536),
+            ("timeout_s", timeout_s, 0.1, 3600),  # <= 0 would grade every program a timeout, silently
+            ("memory_mb", memory_mb, 16, 1 << 20),
+            ("workers", workers, 1, 1024),
+            ("max_operand", max_operand, 1, 10**6),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+                raise ValueError(f"task option {name} must be a number in [{lo}, {hi}], got {value!r}")
         if suffix is not None and not suffix:
             raise ValueError("task option suffix must be a non-empty elicitation suffix (or None: the fenced-code one)")
         self.ops = tuple(int(n) for n in ops)
