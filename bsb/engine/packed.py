@@ -300,9 +300,7 @@ def _packed_blocks(model, blocks, suffix, with_hidden) -> list[CutReads]:
     )
     suffix_key = (seg[None, :] == seg[:, None]) & (qi[None, :] <= qi[:, None])
     allowed = torch.where(seg[None, :] < 0, prefix_key, suffix_key)  # (Q, Q)
-    mask = torch.zeros(offset, offset, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)[
-        None, None
-    ]  # (1, 1, Q, Q): additive (a boolean 4D mask is wrong with eager attention)
+    mask = layer_masks(model, allowed, pos, dtype)
     ans_pos = torch.cat(answers).to(device)
     keep = torch.cat([torch.cat(reads).to(device), ans_pos])
     with torch.no_grad():
@@ -314,6 +312,31 @@ def _packed_blocks(model, blocks, suffix, with_hidden) -> list[CutReads]:
             out = model(ids[None], attention_mask=mask, position_ids=pos[None], logits_to_keep=keep)
             hidden = None
     return _split(out.logits[0], hidden, shapes)
+
+
+MASKED_LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def layer_masks(model, allowed: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype):
+    """The additive (1, 1, Q, Q) mask of ``allowed`` (a boolean 4D mask is wrong with eager attention). A model with
+    sliding-window layers (OLMo-3, Qwen with ``use_sliding_window``) gets one mask per layer type, the dict its forward
+    takes: a sliding layer sees a key only within ``sliding_window`` positions of its query's (by position id, as
+    separate forwards see it), whatever the packing put between them. Any other layer type is refused."""
+    kinds = set(model.config.to_dict().get("layer_types") or ["full_attention"])
+    unknown = kinds - set(MASKED_LAYER_TYPES)
+    if unknown:
+        raise ValueError(
+            f"{type(model).__name__} has {', '.join(sorted(unknown))} layers, which the packed forward cannot mask; "
+            f"it masks {' and '.join(MASKED_LAYER_TYPES)} layers"
+        )
+
+    def additive(ok: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(ok.shape, dtype=dtype, device=ok.device).masked_fill(~ok, torch.finfo(dtype).min)[None, None]
+
+    if "sliding_attention" not in kinds:
+        return additive(allowed)
+    near = (pos[:, None] - pos[None, :]) < model.config.sliding_window  # (Q, Q): HF's window, kv > q - W
+    return {"full_attention": additive(allowed), "sliding_attention": additive(allowed & near)}
 
 
 def _split(logits: torch.Tensor, hidden: torch.Tensor | None, shapes) -> list[CutReads]:

@@ -204,3 +204,33 @@ def test_unknown_family_is_a_clear_error():
     with pytest.raises(ValueError, match="does not know model family 'gpt2'"):
         packed.packed_reads(gpt2, [1, 2, 3], [2], [4])
     assert packed.naive_reads(gpt2, [1, 2, 3], [2], [4]).read_logits.shape == (1, 50)  # the fallback works
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_packed_reads_beyond_a_sliding_window_equal_the_naive_ones(attn):
+    """OLMo-3's sliding layers see only their window: the packed forward gives them a mask of their own (cuts far
+    beyond the window of 8 read what separate forwards read; a single mask was off by 0.055)."""
+    if "olmo3" not in FAMILIES:
+        pytest.skip("this transformers has no OLMo-3")
+    cfg = transformers.Olmo3Config(**{**COMMON, "num_hidden_layers": 4, "sliding_window": 8})  # 3 sliding, 1 full
+    cfg._attn_implementation = attn
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    g = torch.Generator().manual_seed(3)
+    prefix, suffix, answer = (torch.randint(3, 97, (n,), generator=g) for n in (40, 5, 2))
+    cuts = [4, 12, 20, 33, 40]
+    got = packed.packed_reads(model, prefix, cuts, suffix, answer, with_hidden=True)
+    want = packed.naive_reads(model, prefix, cuts, suffix, answer, with_hidden=True)
+    torch.testing.assert_close(got.read_logits, want.read_logits, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(got.answer_logits, want.answer_logits, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(got.answer_hidden, want.answer_hidden, atol=2e-5, rtol=1e-5)
+    many = packed.packed_reads_many(model, [(prefix, cuts, answer), (prefix[:30], [9, 25], answer)], suffix, 64)
+    torch.testing.assert_close(many[0].read_logits, want.read_logits, atol=2e-5, rtol=1e-5)
+
+
+def test_an_attention_layer_type_the_packed_forward_cannot_mask_is_refused():
+    model = tiny("qwen3", "sdpa")
+    odd = copy.deepcopy(model)
+    odd.config.layer_types = ["chunked_attention"] * odd.config.num_hidden_layers
+    with pytest.raises(ValueError, match="chunked_attention"):
+        packed.packed_reads(odd, torch.randint(3, 97, (20,)), [5, 10], torch.randint(3, 97, (3,)))
