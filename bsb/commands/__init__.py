@@ -2,4 +2,4 @@
 ``main(args, parser) -> exit code``; the offline commands' flags are generated from their config dataclasses
 (:mod:`bsb.commands.flags`)."""
 
-COMMANDS = ("demo", "train", "validate", "evaluate", "sweep", "cost", "data", "export")
+COMMANDS = ("demo", "train", "validate", "evaluate", "sweep", "report", "cost", "data", "export")

@@ -32,6 +32,7 @@ class CostConfig:
     candidates: int = _f(16, "C", size_limit=MAX_COUNT)
     suffix_len: int = _f(9, "E, suffix tokens", size_limit=MAX_COUNT)
     read_len: int = _f(1, "L", size_limit=MAX_COUNT)
+    prompt_len: float = _f(200.0, "prompt tokens: the tree-packed update forwards a tree's prompt once", ge=0)
     memory: list = _f(
         [],
         "bsb train configs (YAML files, or folders searched for them): instead of the FLOP table, the memory one GPU "
@@ -73,13 +74,15 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if cfg.memory:
             memory_report(cfg.memory, cfg.gpus, cfg.gpu_gb * 1e9, cfg.params, cfg.markdown)
             return 0
-        cost_report(cfg.shape(), cfg.metrics)
+        cost_report(cfg.shape(), cfg.metrics, prompt_len=cfg.prompt_len)
     except (ValueError, FileNotFoundError) as err:
         parser.error(str(err))
     return 0
 
 
-def cost_report(shape: cost.StepShape | None = None, metrics: str | Path | None = None, console=None) -> dict:
+def cost_report(
+    shape: cost.StepShape | None = None, metrics: str | Path | None = None, console=None, prompt_len: float = 200.0
+) -> dict:
     from rich.console import Console
     from rich.table import Table
 
@@ -129,7 +132,45 @@ def cost_report(shape: cost.StepShape | None = None, metrics: str | Path | None 
         "the engine's probe tokens (prefix-cache misses plus reads) against the tokens generated and trained."
     )
     rows["designs"] = design_report(arms, rows.get("measured"), console)
+    rows["update"] = update_report(arms, prompt_len, console)
     return rows
+
+
+FORKS = (("midpoint", 0.5), ("first tenth", 0.05))  # where forks land: c, the fork's fraction of its chain
+
+
+def update_report(arms, prompt_len: float, console) -> dict:
+    """The update's share of the step per path and tree-packed (``update_packing``), forks at the chain's midpoint
+    and in its first tenth."""
+    from dataclasses import replace
+
+    from rich.table import Table
+
+    table = Table(title=f"The update's share of a step, F_update / F_step (prompts of {prompt_len:,.0f} tokens)")
+    table.add_column("arm", justify="left")
+    for name, _ in FORKS:
+        for col in ("path", "tree", "tokens path/tree"):
+            table.add_column(f"{col} (forks at {name})", justify="right")
+    out = {}
+    for name, s in arms:
+        cells, out[name] = [], {}
+        for fork, c in FORKS:
+            at = replace(s, cut=c)
+            res = {
+                "path": cost.update_share(at, "path", prompt_len),
+                "tree": cost.update_share(at, "tree", prompt_len),
+                "token_ratio": cost.update_token_ratio(at, prompt_len),
+            }
+            out[name][fork] = res
+            cells += [f"{100 * res['path']:.1f}%", f"{100 * res['tree']:.1f}%", f"{res['token_ratio']:.2f}x"]
+        table.add_row(name, *cells)
+    console.print(table)
+    console.print(
+        "path: every leaf forwarded and back-propagated as its own sequence, prompt and prefix included (T_train as "
+        "counted); tree: update_packing=tree, each prompt and each fork's prefix once. A run's metrics carry both "
+        "counts (update_tokens, update_tokens_paths)."
+    )
+    return out
 
 
 DESIGN_HELP = {

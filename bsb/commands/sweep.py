@@ -9,7 +9,10 @@ curves do not compare). Then one table and one figure ([Fork] §5–7, App. A):
 * each config at its *single best-aggregate checkpoint* (the validation step with the best seed-mean accuracy; ties
   go to the earlier step) and at the final one, mean ± 95% t-interval over seeds;
 * differences against a reference config (default: the first) with the two-level (seed × question) paired bootstrap,
-  at the final checkpoint and at each one's best.
+  at the final checkpoint and at each one's best;
+* each config's mean fork yield beside its accuracy (the share of forks whose leaves disagree,
+  :mod:`bsb.train.fork_stats`), mean ± 95% t-interval over seeds. ``bsb report OUT`` draws the rest of the fork
+  statistics.
 """
 
 from __future__ import annotations
@@ -22,9 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bsb.commands.flags import command_parser, from_args
-from bsb.eval.sweep_summary import add_differences, config_summary, figure_series, table_lines
+from bsb.eval.sweep_summary import (
+    add_differences,
+    config_summary,
+    figure_series,
+    seed_interval,
+    step_mean,
+    table_lines,
+)
 from bsb.fields import help_field as _f
 from bsb.train.config import EVAL_FIELDS, RUN_ONLY
+from bsb.train.run_folder import metric_rows, weight_steps, write_whole
 
 HELP = "several configs x seeds, each in its own process and folder (resumable); one table and figure"
 
@@ -156,7 +167,7 @@ def plan(configs: list[str | Path], seeds: list[int], out: str | Path, overrides
 
 
 def _rows(run: Run) -> list[dict]:
-    return [json.loads(x) for x in run.metrics.read_text().splitlines() if x.strip()]
+    return [json.loads(x) for x in metric_rows(run.metrics)]  # a run still writing: its torn last row is dropped
 
 
 def finished(run: Run) -> bool:
@@ -174,7 +185,7 @@ def execute(runs: list[Run], progress: bool = True) -> None:
     todo = [r for r in runs if not finished(r)]
     for r in tqdm(todo, desc=f"sweep ({len(runs) - len(todo)} of {len(runs)} runs already done)", disable=not progress):
         r.dir.mkdir(parents=True, exist_ok=True)
-        (r.dir / "run.yaml").write_text(yaml.safe_dump(r.config, sort_keys=False))
+        write_whole(r.dir / "run.yaml", yaml.safe_dump(r.config, sort_keys=False))
         subprocess.run([sys.executable, "-m", "bsb.cli", "train", "--config", str(r.dir / "run.yaml")], check=True)
 
 
@@ -182,7 +193,6 @@ def summarize(runs: list[Run], out: str | Path, reference: str | None = None, re
     """The sweep's table (``table.md``) and figure (``curves.png``) from its runs' metrics
     (:mod:`bsb.eval.sweep_summary`)."""
     from bsb.eval.figures import sweep_curves
-    from bsb.train.run_folder import weight_steps
 
     out = Path(out)
     names = list(dict.fromkeys(r.name for r in runs))
@@ -196,15 +206,17 @@ def summarize(runs: list[Run], out: str | Path, reference: str | None = None, re
     configs = {}
     for name in names:
         mine = [r for r in runs if r.name == name]
-        summary = config_summary(name, [[x for x in _rows(r) if "val_accuracy" in x] for r in mine])
+        rows = [_rows(r) for r in mine]
+        summary = config_summary(name, [[x for x in rs if "val_accuracy" in x] for rs in rows])
         best = summary["best_step"]
         # each seed's weights of the best-aggregate step, where keep_last kept them
         kept = [str(r.dir / "weights" / f"step-{best}") if best in weight_steps(r.dir) else None for r in mine]
-        configs[name] = {"best_weights": kept, **summary}
+        fork_yield, fork_yield_hw = seed_interval([step_mean(rs, "fork_yield") for rs in rows])
+        configs[name] = {"best_weights": kept, "fork_yield": fork_yield, "fork_yield_hw": fork_yield_hw, **summary}
     add_differences(configs, reference, resamples)
     lines = table_lines(configs, reference, seeds)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text("\n".join(lines) + "\n")
+    write_whole(out / "table.md", "\n".join(lines) + "\n")
     sweep_curves(
         out / "curves.png",
         *figure_series(configs),

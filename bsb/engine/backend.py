@@ -18,8 +18,10 @@ a clear error naming what is missing. Each capability promises the methods of on
   :class:`TokenStats` (surprisal, margin; the entropy when ``token_entropy``);
 * ``white_box``, :class:`WhiteBox`: ``model`` (the HF module), ``packed_reads(...)`` (the packed forward) and
   ``lens_profiles_many(asks, suffix)`` (``asks`` of ``(prefix, cuts, answer)``): Lens-Shift, BSV;
-* ``weight_sync``, :class:`WeightSync`: ``load_weights(pairs)`` (``(name, tensor)`` pairs), ``sleep()`` and
-  ``wake_up()``: the per-step sync into a running engine;
+* ``weight_sync``, :class:`WeightSync`: ``sleep()`` (frees the engine's memory for the update; a GPU engine drops
+  its weights, which the sync overwrites anyway), ``load_weights(pairs)`` (``(name, tensor)`` pairs: wakes a sleeping
+  engine itself, weights before the KV cache) and ``wake_up()`` (the weights mapped back without a sync): the per-step
+  sync into a running engine;
 * ``reuses_kv``, :class:`KVReuse`: ``keep_kv_for_reads(on)`` and ``drop_kv()``: reads of the chains its last
   generation produced, from the keys and values it kept (the engine layer turns it on, :mod:`bsb.engine.reader`);
 * ``on_cpu``: a fact, no methods: the backend computes on the CPU.

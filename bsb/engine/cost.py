@@ -8,6 +8,9 @@ ratio of token counts weighted by 2 or 6 (N cancels). Per step:
 * F_probe / F_roll = T_probe / T_roll                 (per chain: C (E + L) / ([1 + k(1 − c)] T̄), Eq. 8)
 * F_probe / F_step = 2 T_probe / (2 T_roll + 6 T_train + 2 T_probe)
 
+:func:`update_share` is the update's share of the step per path and tree-packed (``update_packing``), whose token
+ratio :func:`update_token_ratio` depends on where forks land (c) and on the prompt's length.
+
 :func:`read_tokens_per_chain` prices each read design (the floor, a prefix-caching engine's block sizes, bsb's packed
 forward on a trainer copy) and :func:`read_share_of_step` its share of the step.
 
@@ -131,6 +134,28 @@ def read_share_of_step(s: StepShape, design: str) -> float:
 
 
 STEP_FIELDS = ("probe_tokens", "tokens_generated", "tokens_trained", "probe_frac")  # what measured_shares reads
+
+
+def update_token_ratio(s: StepShape, prompt_len: float = 0.0) -> float:
+    """Token positions of the per-path update over the tree-packed one's, for a tree of ``s``'s shape with prompts of
+    ``prompt_len`` tokens: ``M(1 + k)(P + T̄) / (P + M·T̄·(1 + k(1 − c)))`` (each leaf about T̄ long; tree-packed, the
+    prompt once, each prefix c·T̄ once, each of the 1 + k continuations (1 − c)·T̄)."""
+    leaves = s.chains * (1 + s.siblings)
+    return (
+        leaves
+        * (prompt_len + s.mean_chain_len)
+        / (prompt_len + s.chains * s.mean_chain_len * (1 + s.siblings * (1 - s.cut)))
+    )
+
+
+def update_share(s: StepShape, packing: str = "path", prompt_len: float = 0.0) -> float:
+    """F_update / F_step: ``6 T_train`` (forward + backward, ``T_train`` as the per-path update counts it) over
+    ``2 T_roll + 6 T_train + 2 T_probe``; tree-packed (``packing="tree"``), ``T_train`` divided by
+    :func:`update_token_ratio`."""
+    if packing not in ("path", "tree"):
+        raise ValueError(f"packing must be 'path' or 'tree', got {packing!r}")
+    train = s.train_tokens / (update_token_ratio(s, prompt_len) if packing == "tree" else 1.0)
+    return 6 * train / (2 * rollout_tokens(s) + 6 * train + 2 * probe_tokens(s))
 
 
 def measured_shares(rows: list[dict]) -> dict:

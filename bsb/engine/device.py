@@ -58,6 +58,22 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+def compute_device(model) -> torch.device:
+    """The device ``model``'s forwards compute on: its parameters' device, or, for FSDP2 shards, the device of their
+    mesh (``cuda:<current device>``, as FSDP2 itself resolves it). With ``fsdp_cpu_offload`` the shards live in host
+    memory while FSDP2 moves each forward's inputs and gathered weights to the mesh's device, so what is made beside
+    a forward's output (a result buffer, an engine's device) must come from here, not from the parameters."""
+    from torch.distributed.tensor import DTensor
+
+    param = next(model.parameters())
+    if not isinstance(param, DTensor):
+        return param.device
+    kind = param.device_mesh.device_type
+    if kind == "cpu":
+        return torch.device("cpu")
+    return torch.device(kind, torch.get_device_module(kind).current_device())
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """The compute dtype: ``auto`` is bf16 on a GPU and fp32 on the CPU; bf16 on a GPU without it is an error."""
     check_dtype_name(dtype)

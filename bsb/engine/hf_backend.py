@@ -24,7 +24,7 @@ import torch
 
 from bsb import kernels
 from bsb.engine.backend import Capabilities, ChainResults, TokenStats, check_generation_args, request_seeds
-from bsb.engine.device import autocast
+from bsb.engine.device import autocast, compute_device
 from bsb.engine.hf_model import check_supported, lens_parts
 from bsb.engine.packed import CutReads, KeptKV, cached_reads, naive_reads, packed_reads, packed_reads_many
 
@@ -76,7 +76,8 @@ class HFBackend:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where the model computes (a sharded policy's mesh device, even with its shards offloaded to the host)."""
+        return compute_device(self.model)
 
     @property
     def vocab_size(self) -> int:
@@ -225,6 +226,7 @@ class HFBackend:
                 pad_token_id=pad,
                 output_logits=True,
                 return_dict_in_generate=True,
+                synced_gpus=False,  # see generate
             )
         logits = torch.stack(out.logits, 1)  # (C, L, V), before any logits processor
         return logits, sum(len(p) for p in prompts) + len(prompts) * (read_len - 1)
@@ -310,6 +312,10 @@ class HFBackend:
                 eos_token_id=eos,
                 pad_token_id=pad,
                 return_dict_in_generate=True,
+                # transformers turns on its synced-GPU loop (an all_reduce every step) for an FSDP-managed model in
+                # a process group; ranks generate different counts of batches, so it would wait on a peer that is
+                # elsewhere. Sharded policies generate on weights gathered beforehand (Placement.whole_weights).
+                synced_gpus=False,
             )
         results = []
         for row in out.sequences[:, width:].tolist():
@@ -329,18 +335,36 @@ class RequestSampler:
     """A logits processor that turns greedy decoding into sampling with one random stream per request: the scores
     are tempered and nucleus-filtered (transformers' own warpers), then each row adds Gumbel noise from its own
     generator, so the argmax is a draw from ``softmax(scores / T)`` restricted to the nucleus. Row ``i`` draws once
-    per decoding step from ``seeds[i]``'s stream, whatever else is in the batch."""
+    per decoding step from ``seeds[i]``'s stream, whatever else is in the batch.
 
-    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float):
+    The noise is drawn where the scores are, from generators on that device (made at the first step), in
+    ``noise_dtype`` (default :func:`noise_dtype`): on a GPU in float32, with no (rows × V) host draw and copy per
+    decoding step; on the CPU in float64, the stream every CPU result of bsb was measured with. A request's stream is
+    its seed's stream on that device, the same whichever rank or batch it runs in."""
+
+    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float, noise_dtype: torch.dtype | None = None):
         from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
-        self.generators = [torch.Generator().manual_seed(int(s) % 2**63) for s in seeds]
+        self.seeds = [int(s) % 2**63 for s in seeds]
+        self.noise_dtype = noise_dtype
+        self.generators: list[torch.Generator] = []
         self.warpers = [TemperatureLogitsWarper(temperature)] + ([TopPLogitsWarper(top_p)] if top_p < 1 else [])
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         scores = scores.float()
         for warp in self.warpers:
             scores = warp(input_ids, scores)
-        u = torch.stack([torch.rand(scores.shape[-1], generator=g, dtype=torch.float64) for g in self.generators])
-        gumbel = -torch.log(-torch.log(u.clamp_min(1e-300)))
-        return scores + gumbel.to(scores.device, torch.float32)
+        device, width = scores.device, scores.shape[-1]
+        dtype = self.noise_dtype or noise_dtype(device)
+        if not self.generators:
+            self.generators = [torch.Generator(device=device).manual_seed(s) for s in self.seeds]
+        u = torch.stack([torch.rand(width, generator=g, device=device, dtype=dtype) for g in self.generators])
+        gumbel = -torch.log(-torch.log(u.clamp_min(torch.finfo(dtype).tiny)))
+        return scores + gumbel.float()
+
+
+def noise_dtype(device: torch.device) -> torch.dtype:
+    """The sampling noise's precision on ``device``: float32 on a GPU (as vLLM's own sampler draws it), whose uniforms
+    come in steps of 2^-24, so the noise lies in [-4.5, 16.6] and is coarse only above 12 (steps over 0.01 nats),
+    where only tokens more than about 12 nats below the best win; float64 on the CPU."""
+    return torch.float64 if device.type == "cpu" else torch.float32

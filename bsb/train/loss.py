@@ -15,11 +15,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
+from bsb.engine.device import compute_device
 from bsb.engine.hf_model import SUPPORTED_FAMILIES, model_family
 from bsb.kernels.linear_logprob import linear_token_logprobs
 from bsb.registry import Registry
@@ -59,22 +61,32 @@ def response_logprobs(
     if model_family(model) not in SUPPORTED_FAMILIES or getattr(head, "bias", None) is not None:
         return response_logprobs_full(model, prompts, responses, pad_id)
     ids, attn, mask = pad_batch(prompts, responses, pad_id)
-    device = next(model.parameters()).device
+    device = compute_device(model)  # offloaded FSDP2 shards sit on the host; the forward runs on the mesh's device
     rows = torch.cat([torch.full((len(r),), i) for i, r in enumerate(responses)])  # (N,)
     within = torch.cat([torch.arange(len(r)) for r in responses])  # (N,) response position
     starts = torch.tensor([len(p) for p in prompts])[rows]
-    forward = getattr(model, "bsb_token_logprobs", None)  # a sharded policy's registered FSDP forward method
     args = [t.to(device) for t in (ids, attn, rows, starts - 1 + within, ids[rows, starts + within])]
-    lp = forward(*args) if forward is not None else hidden_token_logprobs(model, *args)
+    lp = token_logprobs_forward(model)(*args)
     out = torch.zeros(mask.shape, dtype=torch.float32, device=device)
     out = out.index_put((rows.to(device), within.to(device)), lp)  # (B, R)
     return out, mask.to(device)
 
 
-def hidden_token_logprobs(model, ids, attn, rows, positions, targets) -> torch.Tensor:
+def token_logprobs_forward(model):
+    """The update's forward of ``model``: a sharded policy's registered FSDP forward method (so its root's parameters
+    are gathered for it, :func:`bsb.train.sharding.token_logprobs_method`), else :func:`hidden_token_logprobs`."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(model, FSDPModule):
+        return model.bsb_token_logprobs
+    return functools.partial(hidden_token_logprobs, model)
+
+
+def hidden_token_logprobs(model, ids, attn, rows, positions, targets, **model_kwargs) -> torch.Tensor:
     """log π of ``targets`` (N,) read at ``(rows, positions)`` of the batch ``ids`` (B, W): the final hidden states
-    there through the chunked linear + logsumexp of the LM head (no (B, W, V) logits)."""
-    hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state  # (B, W, d), final norm applied
+    there through the chunked linear + logsumexp of the LM head (no (B, W, V) logits). ``model_kwargs`` go to the
+    decoder's forward (the tree-packed pass's position ids and tree mask, :mod:`bsb.train.tree_pack`)."""
+    hidden = model.model(input_ids=ids, attention_mask=attn, **model_kwargs).last_hidden_state  # (B, W, d), normed
     return linear_token_logprobs(hidden[rows, positions], model.get_output_embeddings().weight, targets)
 
 
@@ -85,7 +97,7 @@ def response_logprobs_full(
     if any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token (the first response token is predicted from it)")
     ids, attn, mask = pad_batch(prompts, responses, pad_id)
-    device = next(model.parameters()).device
+    device = compute_device(model)  # offloaded shards live on the CPU; the forward runs on the mesh's device
     logits = model(input_ids=ids.to(device), attention_mask=attn.to(device)).logits  # (B, W, V)
     rows = []
     for i, (p, r) in enumerate(zip(prompts, responses)):

@@ -27,6 +27,7 @@ from bsb.engine.selectors import Selector
 from bsb.tasks.base import Problem, Task
 from bsb.train.advantages import advantages
 from bsb.train.config import TrainConfig
+from bsb.train.fork_stats import step_fork_metrics
 from bsb.train.rewards import RewardConfig, leaf_reward
 from bsb.train.rollout import RolloutTimes, TreeConfig, flat_rollout, tree_rollout
 from bsb.train.samplers import TwoStageConfig, two_stage_trees
@@ -177,7 +178,9 @@ def advantage_rows(kept: Sequence[PromptTree], cfg: TrainConfig, newline: torch.
             cfg.zero_cont_token_mass,
             cfg.grpo_std,
         )
-        rows += [Row(leaf.prompt, leaf.response, a, q) for leaf, a in zip(tree.leaves, advs)]
+        rows += [
+            Row(leaf.prompt, leaf.response, a, q, leaf.group, leaf.prefix_len) for leaf, a in zip(tree.leaves, advs)
+        ]
     return rows
 
 
@@ -220,10 +223,11 @@ def step_metrics(
         "adv_absmax": adv.abs().max().item() if adv.numel() else 0.0,
         "fork_positions": [f for f, _ in forks],
         "unforked": sum(f is None for f, _ in forks),
-        "fork_rel_mean": _mean([f / max(1, n) for f, n in forks if f is not None]),
         "sibling_disagreement": _mean([float(len({leaf.correct for leaf in g}) > 1) for g in groups if len(g) > 1]),
         "refills": sum(tr.refills for tr in generated),
         "fallbacks": sum(tr.fallbacks for tr in generated),
+        # fork yield, its tercile split, fork_rel, |advantage| on prefix nodes, refill and fallback rates
+        **step_fork_metrics(generated, kept, rows),
         "probe_tokens": sum(tr.probe_tokens for tr in generated),
         "probe_tokens_cached": gen.times.probe_cached,
         "probe_tokens_floor": gen.times.probe_floor,

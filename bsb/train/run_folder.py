@@ -189,6 +189,13 @@ def swap_in(tmp: Path, dest: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def write_whole(path: Path, text: str) -> None:
+    """``text`` as the file ``path``, written beside it and swapped in: the old file or the new one, never a part."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(text)
+    swap_in(part, path)
+
+
 def recover_checkpoint(out: Path) -> str:
     """Undo a crash inside :meth:`RunFolder.save`, which writes ``checkpoint.tmp`` (complete once its ``state.json``
     exists: written last, renamed into place), then swaps it in (:func:`swap_in`). Between the renames there is no
@@ -237,6 +244,7 @@ class RunFolder:
         self.ckpt = self.out / "checkpoint"
         self.metrics = self.out / "metrics.jsonl"
         self.lock, self.trackers = None, None
+        self.redone = False  # the resume discarded metrics rows written after its checkpoint
         if world.main:
             self.out.mkdir(parents=True, exist_ok=True)
             self.lock = RunLock(self.out)  # one trainer process a folder: a second is an error naming the first's pid
@@ -370,8 +378,10 @@ class RunFolder:
         random.setstate(blob["python_rng"])
         if self.world.main:
             if self.metrics.exists():  # rows after the checkpoint: a crash between save points
-                kept = [line for line in metric_rows(self.metrics) if json.loads(line)["step"] <= state["step"]]
-                self._write(self.metrics, "".join(line + "\n" for line in kept))
+                rows = metric_rows(self.metrics)
+                kept = [line for line in rows if json.loads(line)["step"] <= state["step"]]
+                self.redone = len(kept) < len(rows)  # steps the run logged and now trains again (the trackers mark it)
+                write_whole(self.metrics, "".join(line + "\n" for line in kept))
             drop_weights_after(self.out, state["step"])
 
     # ------------------------------------------------------------ metrics
@@ -383,12 +393,14 @@ class RunFolder:
         import yaml
 
         example = "".join(f"#   {line}\n" for line in example_prompt.splitlines())
-        self._write(
+        write_whole(
             self.out / "config.yaml",
             yaml.safe_dump(cfg.to_dict(), sort_keys=False)
             + f"# prompt_format: {cfg.prompt_format}; the first held-out prompt as the model sees it:\n{example}",
         )
-        self.trackers = Trackers(cfg.report_to, self.out, cfg.to_dict(), self.out.name, step if step > 0 else None)
+        self.trackers = Trackers(
+            cfg.report_to, self.out, cfg.to_dict(), self.out.name, step if step > 0 else None, self.redone
+        )
         if step == 0:
             self.metrics.write_text("")
 
@@ -399,11 +411,6 @@ class RunFolder:
         with self.metrics.open("a") as f:
             f.write(json.dumps(row) + "\n")
         self.trackers.log(row)
-
-    def _write(self, path: Path, text: str) -> None:
-        part = path.with_name(path.name + ".part")
-        part.write_text(text)
-        swap_in(part, path)
 
     # ------------------------------------------------------------ weights
     def keep_weights(self, row: dict, placement, tokenizer, cfg) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from bsb.engine.device import compute_device
 from bsb.train.distributed import SOLO, World
 
 DCP_DIR = "dcp"
@@ -117,16 +118,61 @@ class Sharded(Placement):
 
 def place_policy(path: Path, world: World, device: torch.device, compute_dtype: torch.dtype, cfg) -> Placement:
     """The policy of checkpoint ``path`` as fp32 master weights on ``device`` (forwards run under autocast in
-    ``compute_dtype``, :mod:`bsb.engine.device`): sharded with FSDP2 under torchrun, plain otherwise."""
+    ``compute_dtype``, :mod:`bsb.engine.device`): sharded with FSDP2 under torchrun (:func:`load_sharded_policy`),
+    plain otherwise."""
+    if world.launched:
+        return Sharded(load_sharded_policy(path, world, device, compute_dtype, cfg), world)
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
-    if world.launched:  # FSDP2: per decoder layer and at the root, fp32 shards, mixed precision on CUDA
-        shard_policy(model, device, compute_dtype, cfg.fsdp_cpu_offload, cfg.gradient_checkpointing)
-        return Sharded(model, world)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return Placement(model, world)
+
+
+def load_sharded_policy(path: Path, world: World, device: torch.device, compute_dtype: torch.dtype, cfg):
+    """The policy of checkpoint ``path`` sharded with FSDP2 (:func:`shard_policy`) the way torchtitan builds models
+    larger than a GPU: built on the meta device, sharded, its shards allocated (on ``device``, or in host memory with
+    ``fsdp_cpu_offload``) and filled one tensor at a time from rank 0, the only rank that reads the checkpoint (into
+    host memory). No rank holds the whole fp32 model on its GPU: the peak there is one whole tensor beside the shards.
+    """
+    import transformers
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.from_pretrained(path), dtype=torch.float32
+        )
+    with contextlib.suppress(OSError):  # the checkpoint's generation defaults, as from_pretrained reads them
+        model.generation_config = transformers.GenerationConfig.from_pretrained(path)
+    shard_policy(model, device, compute_dtype, cfg.fsdp_cpu_offload, cfg.gradient_checkpointing)
+    model.to_empty(device="cpu" if cfg.fsdp_cpu_offload else device)
+    whole = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32) if world.main else None
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, whole.state_dict() if whole is not None else {}, options=options)
+    fill_unsaved_tensors(model, whole, device)
+    return model.eval()  # as from_pretrained returns it
+
+
+def fill_unsaved_tensors(model, whole, device: torch.device) -> None:
+    """The tensors of ``model`` no state dict carries (non-persistent buffers such as the rotary frequencies, and
+    tensors kept as plain attributes), computed when ``whole`` (rank 0's copy, None elsewhere) was built and
+    broadcast from it; every buffer on ``device``, where FSDP2 would have moved it had the model been built there."""
+    saved = set(model.state_dict())
+    for prefix, module in model.named_modules():
+        for name, value in list(vars(module).items()) + list(module._buffers.items()):
+            if not isinstance(value, torch.Tensor) or isinstance(value, torch.nn.Parameter):
+                continue
+            key = f"{prefix}.{name}" if prefix else name
+            if key in saved:  # a persistent buffer: loaded with the weights, moved to where forwards run
+                setattr(module, name, value.to(device))
+                continue
+            if whole is not None:
+                fresh = getattr(whole.get_submodule(prefix), name).detach().to(device).clone()
+            else:
+                fresh = torch.empty_like(value, device=device)
+            torch.distributed.broadcast(fresh, src=0)
+            setattr(module, name, fresh)
 
 
 def decoder_layers(model) -> list[torch.nn.Module]:
@@ -202,9 +248,11 @@ def unsharded(model, enabled: bool = True):
 
 def engine_weights(model, dtype: torch.dtype):
     """``(name, tensor)`` of every weight, gathered and cast one at a time (a generator: a rollout engine loads each
-    before the next is gathered)."""
+    before the next is gathered). A shard offloaded to host memory goes to the compute device first, so the gather
+    runs on NCCL rather than on gloo over the host (as TRL syncs an offloaded FSDP2 policy)."""
+    device = compute_device(model)
     for name, value in model.state_dict().items():
-        yield name, whole(value).detach().to(dtype)
+        yield name, whole(value.to(device)).detach().to(dtype)
 
 
 def local_bytes(model, optimizer) -> tuple[int, int]:

@@ -49,6 +49,7 @@ from bsb.train.rollout import RolloutTimes
 from bsb.train.run_folder import RunFolder
 from bsb.train.seeds import VAL_SEED, stream
 from bsb.train.sharding import place_policy
+from bsb.train.tree_pack import check_tree_model
 from bsb.train.update import update_policy
 
 
@@ -85,6 +86,8 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.placement = place_policy(load_from, self.world, self.device, self.dtype, cfg)
         self.policy = self.placement.model
+        if cfg.update_packing == "tree":
+            check_tree_model(self.policy)  # before any rollout, not at the first update
         compute = None if self.dtype == torch.float32 else self.dtype
         self.hf = HFBackend(self.policy, self.tok, compute_dtype=compute)  # reads, generation: eval mode
         self.eos = self.tok.eos_token_id
@@ -144,6 +147,7 @@ class Trainer:
             self.dtype,
             cfg.vllm_gpu_memory_utilization,
             cfg.vllm_sleep,
+            log_file=self.out / "vllm.log",  # not under the progress bar (VLLM_LOGGING_LEVEL brings it back)
         )
 
     def _render(self, problem: Problem) -> str:
@@ -214,8 +218,7 @@ class Trainer:
         self.active_steps += any(r.active for r in rows)
         t_update = time.perf_counter() - t1
         t2 = time.perf_counter()
-        if self.separate_engine:
-            self.backend.wake_up()
+        if self.separate_engine:  # the engine wakes itself for the sync: weights, then the KV cache
             self.backend.load_weights(self.placement.engine_weights(self.dtype))
         t_sync = time.perf_counter() - t2
         self.step += 1
@@ -254,9 +257,10 @@ class Trainer:
         mine = self.val_problems[lo:hi]
         n = 1 if cfg.val_temperature == 0 else cfg.val_samples
         counts = []
-        if mine:
-            prompts = [self._encode(p) for p in mine]
-            with self.placement.whole_weights(self.backend is self.hf):
+        # every rank gathers the weights (a collective), even one with no share of a small held-out set
+        with self.placement.whole_weights(self.backend is self.hf):
+            if mine:
+                prompts = [self._encode(p) for p in mine]
                 outs = self.backend.generate(
                     [p for p in prompts for _ in range(n)],
                     max_new_tokens=cfg.max_response_len,
@@ -265,9 +269,9 @@ class Trainer:
                     seed=VAL_SEED + lo * n,  # request i of the whole set draws from VAL_SEED + i on any rank
                     eos_token_id=self.eos,
                 )
-            texts = self.tok.batch_decode(outs, skip_special_tokens=True)
-            ok = [self.task.verify(texts[i * n + j], p).correct for i, p in enumerate(mine) for j in range(n)]
-            counts = [sum(ok[i * n : (i + 1) * n]) for i in range(len(mine))]
+                texts = self.tok.batch_decode(outs, skip_special_tokens=True)
+                ok = [self.task.verify(texts[i * n + j], p).correct for i, p in enumerate(mine) for j in range(n)]
+                counts = [sum(ok[i * n : (i + 1) * n]) for i in range(len(mine))]
         counts = [c for part in self.world.gather(counts) for c in part]
         return {"val_accuracy": sum(counts) / (n * len(counts)), "val_correct": counts, "val_samples": n}
 

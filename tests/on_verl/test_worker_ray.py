@@ -103,3 +103,81 @@ def test_verls_worker_keeps_per_leaf_rewards_and_its_advantage_step_gives_bsbs_t
     for row, (prompt, i) in enumerate(order):
         torch.testing.assert_close(got[row].float(), want[prompt][i], rtol=0, atol=1e-6)
     assert np.isfinite([float(g.abs().sum()) for g in got]).all()
+
+
+def test_the_trainers_logged_metrics_hold_the_fork_statistics_of_the_workers_trees(ray_tq, tmp_path, monkeypatch):
+    """verl's worker builds trees (recording their forks), verl's advantage step credits them, verl's own step metrics run
+    with bsb's subclass on top, and verl's file logger writes the fork statistics that bsb computes on the same trees."""
+    import json
+    import math
+    from types import SimpleNamespace
+
+    import ray
+    import transfer_queue as tq
+    from tensordict import NonTensorData, NonTensorStack, TensorDict
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+    from verl.utils.tracking import Tracking
+
+    from bsb.integrations.verl.metrics import with_fork_metrics
+    from bsb.integrations.verl.worker import BsbTreeAgentLoopWorker
+    from bsb.train.fork_stats import fork_metrics, node_advantages, tree_forks
+
+    config = ray_tq
+    server = ScriptedServer()
+    uids = ["f0", "f1", "f2"]
+    try:
+        tq.kv_batch_put(keys=uids, partition_id="train", tags=[{"is_prompt": True, "status": "pending", "global_steps": 1}] * 3)
+        worker = ray.remote(BsbTreeAgentLoopWorker).remote(config, llm_client=FakeServers(server))
+        prompts = [ROW["raw_prompt"], [{"role": "user", "content": "t8 t9"}], [{"role": "user", "content": "t10 t11 t12"}]]
+        batch = TensorDict({
+            "uid": NonTensorStack(*uids), "index": NonTensorStack(0, 1, 2), "raw_prompt": NonTensorStack(*prompts),
+            "reward_model": NonTensorStack(*[{"ground_truth": "even"}] * 3),
+            "data_source": NonTensorStack(*["scripted"] * 3), "extra_info": NonTensorStack(*[{"index": i} for i in range(3)]),
+        }, batch_size=[3])
+        batch["global_steps"] = NonTensorData(1)
+        ray.get(worker.generate_sequences.remote(batch))
+        _wait_finished(tq, uids)
+    finally:
+        server.close()
+
+    listing = tq.kv_list("train").get("train", tq.kv_list("train"))
+    # in each tree's leaf order ({uid}_{session}_{i}): a group's first leaf is its root chain
+    keys = sorted((k for k in listing if k.split("_")[0] in uids and "_" in k), key=lambda k: (k.split("_")[0], int(k.split("_")[-1])))
+    meta = KVBatchMeta(keys=keys, tags=[listing[k] for k in keys], partition_id="train")
+    trainer = with_fork_metrics(PPOTrainerSync)(config)
+    trainer.agent_loop_manager = SimpleNamespace(agent_loop_workers=[worker])
+    trainer.resource_pool_manager = SimpleNamespace(get_n_gpus=lambda: 1)
+    metrics = {}
+    trainer._compute_advantage(meta, metrics)
+    trainer._compute_metrics(meta, metrics, {"step": 1.0, "gen": 0.5, "adv": 0.1}, global_steps=1, epoch=0)
+
+    # bsb's statistics of the same trees, rebuilt from the rows: leaves' outcomes, forks and advantages
+    data = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["uid", "extra_fields", "advantages", "response_mask"])
+    trees: dict[str, PromptTree] = {}
+    advs: dict[str, list] = {}
+    for uid, extra, adv, mask in zip(list(data["uid"]), data["extra_fields"], data["advantages"], data["response_mask"]):
+        extra = getattr(extra, "data", extra)
+        prompt, group, prefix = decode_uid(uid)
+        tree = trees.setdefault(prompt, PromptTree(prompt, None, refills=extra["bsb_refills"], fallbacks=extra["bsb_fallbacks"]))
+        info = extra["reward_extra_info"]
+        tree.leaves.append(Leaf([], [0] * int(mask.sum()), group, prefix, info["score"], bool(info["acc"])))
+        if len(tree.fork_positions) <= group:
+            tree.fork_positions.append(None if extra["bsb_fork"] < 0 else extra["bsb_fork"])
+            tree.fork_scores.append(extra["bsb_fork_score"])
+        advs.setdefault(prompt, []).append(adv.float())
+    want = fork_metrics([tree_forks(t) for t in trees.values()], *node_advantages(list(trees.values()), list(advs.values())))
+    assert want["forks"] > 0 and not math.isnan(want["adv_abs_prefix"])
+
+    path = tmp_path / "verl.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    logger = Tracking(project_name="bsb", experiment_name="t", default_backend=["file"], config={})
+    logger.log(data=metrics, step=1)
+    logger.finish()
+    logged = json.loads(path.read_text().splitlines()[0])["data"]
+    assert "training/global_step" in logged and "critic/advantages/mean" in logged  # verl's own step metrics ran
+    for key, value in want.items():
+        if key != "fork_rel" and not math.isnan(value):
+            assert logged[f"bsb/{key}"] == pytest.approx(value), key
+    assert logged["bsb/forks"] == 3 * 4  # every tree's M = 4 roots forked
+    assert ray.get(worker.bsb_fork_trees.remote()) == []  # collected once: the next step counts the next trees

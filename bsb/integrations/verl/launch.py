@@ -1,7 +1,8 @@
 """``python -m bsb.integrations.verl.launch [hydra overrides]``: verl's PPO trainer on ``bsb_tree.yaml``, after
 bsb's start-up check. Every bad input (verl missing, the plugin not registered, a selector that cannot read
 through a server, K above the servers' logprob limit, a tree that cannot yield M(1+k) leaves, the verl switches the
-tree needs) is one error here, before Ray starts a worker. ``--config-name`` / ``--config-path`` pick another
+tree needs) is one error here, before Ray starts a worker. verl's trainer then also logs bsb's fork statistics
+(:mod:`bsb.integrations.verl.metrics`). ``--config-name`` / ``--config-path`` pick another
 config (on the same defaults)."""
 
 from __future__ import annotations
@@ -36,12 +37,14 @@ def main() -> None:
 
     @hydra.main(config_path=CONFIG_DIR, config_name="bsb_tree", version_base=None)
     def run(config):
-        from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+        from verl.trainer.main_ppo import run_ppo
         from verl.utils.device import auto_set_device
+
+        from bsb.integrations.verl.metrics import task_runner
 
         auto_set_device(config)
         preflight(config)
-        run_ppo(config, task_runner_class=TaskRunnerV1)
+        run_ppo(config, task_runner_class=task_runner())  # verl's runner; its trainer logs bsb's fork statistics
 
     run()
 

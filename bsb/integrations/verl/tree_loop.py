@@ -11,7 +11,9 @@ Per call (``actor_rollout_ref.rollout.n = 1``; one dataset row = one tree):
    the probe reads go to that replica's ``/v1/completions`` (:mod:`~bsb.integrations.verl.probe_client`);
 3. every leaf gets the task's verdict plus DAPO's overlong penalty (:func:`bsb.train.phases.score_trees`) as its
    own reward, its correctness as ``reward_extra_info["acc"]`` (DAPO's filter by accuracy), and its tree position
-   (group, shared-prefix length, fork) in ``extra_fields``, which the ``bsb_tree`` worker writes into its uid.
+   (group, shared-prefix length, fork) in ``extra_fields``, which the ``bsb_tree`` worker writes into its uid;
+4. the tree's forks (:func:`bsb.train.fork_stats.tree_forks`) wait in the worker until the trainer collects them
+   for the step's fork statistics (:func:`take_finished`, :mod:`~bsb.integrations.verl.metrics`).
 
 Validation rows go to ``bsb_single`` (one chain per call, the same verifier): trees are a training device.
 """
@@ -21,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import math
+from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,6 +42,7 @@ from bsb.integrations.verl.server_backend import ServerBackend
 from bsb.integrations.verl.settings import BsbSettings, check_config, server_max_logprobs
 from bsb.tasks.base import Problem, Task, hook
 from bsb.tasks.registry import make_task
+from bsb.train.fork_stats import TreeForks, tree_forks
 from bsb.train.phases import score_trees
 from bsb.train.rewards import RewardConfig
 from bsb.train.rollout import TreeConfig, flat_rollout, tree_rollout
@@ -61,6 +66,17 @@ class TreeKit:
 
 
 _KITS: dict[str, TreeKit] = {}
+# The forks of the trees this worker process finished since the trainer last collected them; bounded, so a run whose
+# trainer never collects them (verl's own launcher) does not grow without end.
+_FINISHED: deque[TreeForks] = deque(maxlen=1 << 16)
+
+
+def take_finished() -> list[TreeForks]:
+    """The forks of the trees finished since the last call (the worker's share of a step's fork statistics)."""
+    out = []
+    while _FINISHED:
+        out.append(_FINISHED.popleft())
+    return out
 
 
 def tree_kit(config, tokenizer) -> TreeKit:
@@ -199,6 +215,8 @@ class BsbTreeAgentLoop(AgentLoopBase):
         decode = functools.partial(self.tokenizer.decode, skip_special_tokens=True)
         reward_cfg = RewardConfig(response_length, s.overlong_buffer, s.overlong_factor)
         await loop.run_in_executor(kit.pool, score_trees, trees, [problem], kit.task, decode, reward_cfg, kit.eos)
+        if self.tree:
+            _FINISHED.append(tree_forks(tree))
         metrics = AgentLoopMetrics(generate_sequences=times.generate_s)
         outputs = leaf_outputs(
             tree, prompt_ids, backend if sampling_params.get("logprobs") else None, metrics, times.select_s
@@ -240,6 +258,7 @@ def leaf_outputs(
     out = []
     for leaf in tree.leaves:
         fork = tree.fork_positions[leaf.group] if leaf.group < len(tree.fork_positions) else None
+        score = tree.fork_scores[leaf.group] if leaf.group < len(tree.fork_scores) else math.nan
         logprobs = (
             backend.leaf_logprobs(prompt_ids, roots.get(leaf.group, leaf.response), leaf.response, leaf.prefix_len)
             if backend
@@ -260,6 +279,7 @@ def leaf_outputs(
                     "bsb_prefix_len": int(leaf.prefix_len),
                     "bsb_origin": leaf.origin,
                     "bsb_fork": -1 if fork is None else int(fork),
+                    "bsb_fork_score": float(score),
                     "bsb_refills": tree.refills,
                     "bsb_fallbacks": tree.fallbacks,
                     "bsb_probe_tokens": tree.probe_tokens,

@@ -6,6 +6,9 @@ they are and sets each row's ``uid`` to ``"{uid}#{group}#{prefix_len}"`` (:func:
 encode_uid`), which is all verl passes an advantage estimator. The TransferQueue keys stay ``{uid}_{session}_{i}``,
 so the replay buffer and DAPO's filter still see one group per prompt. Validation rows run ``bsb_single``.
 
+It also hands the trainer the forks of the trees it finished (:meth:`BsbTreeAgentLoopWorker.bsb_fork_trees`), for
+the step's fork statistics in verl's metrics (:mod:`~bsb.integrations.verl.metrics`).
+
 Select it with ``actor_rollout_ref.rollout.agent.agent_loop_manager_class:
 bsb.integrations.verl.worker.BsbTreeAgentLoopManager`` (``bsb_tree.yaml`` does). The worker subclasses verl's
 plain ``AgentLoopWorker`` and borrows the TransferQueue methods: the Ray-wrapped TQ class cannot be subclassed
@@ -21,6 +24,8 @@ from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorke
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from bsb.integrations.verl.estimators import encode_uid
+from bsb.integrations.verl.tree_loop import take_finished
+from bsb.train.fork_stats import TreeForks
 
 _TQ = AgentLoopWorkerTQ.__ray_actor_class__
 
@@ -33,6 +38,11 @@ class BsbTreeAgentLoopWorker(AgentLoopWorker):
 
     generate_sequences = _TQ.generate_sequences
     _run_prompt = _TQ._run_prompt
+
+    def bsb_fork_trees(self) -> list[TreeForks]:
+        """The forks of the trees this worker finished since the last call (the trainer's fork statistics,
+        :mod:`bsb.integrations.verl.metrics`)."""
+        return take_finished()
 
     async def _run_agent_loop(self, sampling_params, trajectory, *, agent_name: str, trace: bool = True, **kwargs):
         if trajectory["validate"] and agent_name == "bsb_tree":

@@ -41,6 +41,9 @@ REFUSED = {
     "ptrace": (101, 117),
     "process_vm_readv": (310, 270),
     "process_vm_writev": (311, 271),
+    "process_madvise": (440, 440),
+    "pidfd_getfd": (438, 438),  # another process's file descriptors
+    "kcmp": (312, 272),
     "mount": (165, 40),
     "umount2": (166, 39),
     "pivot_root": (155, 41),

@@ -1,0 +1,234 @@
+"""The update, per path against tree-packed, side by side in one run (``update_packing``, docs/performance.md).
+
+    python bench/update.py [--smoke] [--layers N] [--lens 1024 2048] [--trees T] [--steps S] [--json FILE]
+
+1. **Paper-shaped trees** on a Qwen3-0.6B-shaped random model (width, heads, MLP and vocabulary of Qwen3-0.6B;
+   ``--layers`` of its 28, fewer on a CPU): T trees of M = 4 chains and k = 2 siblings, prompts of 200 tokens, chains
+   of each ``--lens`` length, forks at the chain's midpoint or in its first tenth. One mini-batch's loss forward and
+   backward (the update's work on those rows), per path and tree-packed: token-forwards, time, peak memory (CUDA).
+2. **The embedded default**: ``--steps`` whole training steps of each CPU arm (configs/cpu/arms: Midpoint, Probe-JS,
+   Lens-Shift, Entropy) with each packing, the update phase timed separately (``time_update``), with the arm's mean
+   fork position (as a fraction of its chain) beside it.
+
+Every row prints the ratios path / tree: the token-forward ratio and the time ratio (the saving realised).
+``--smoke``: toy sizes, seconds (a test runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+from bsb.train import update
+from bsb.train.config import TrainConfig
+from bsb.train.tree_pack import tree_attention_on
+
+QWEN3_06B = dict(
+    vocab_size=151936,
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    max_position_embeddings=40960,
+    rope_theta=1_000_000.0,
+    tie_word_embeddings=True,
+)
+SMOKE = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=4096,
+    tie_word_embeddings=True,
+)
+
+
+def model_of(shape: dict, layers: int, device: torch.device):
+    torch.manual_seed(0)
+    cfg = transformers.Qwen3Config(num_hidden_layers=layers, **shape)
+    return transformers.AutoModelForCausalLM.from_config(cfg).float().to(device).train()
+
+
+def paper_rows(trees: int, prompt: int, length: int, forks: str, vocab: int, seed: int = 0) -> list[update.Row]:
+    """Rows of ``trees`` trees: M = 4 chains of ``length`` tokens (±10%), each forked at its midpoint (``mid``, ±5% of
+    the chain) or in its first tenth (``early``) into the root's ending and k = 2 siblings of about its length."""
+    rng = random.Random(seed)
+    ids = lambda n: [rng.randrange(3, vocab) for _ in range(n)]  # noqa: E731
+    rows = []
+    for q in range(trees):
+        p = ids(prompt)
+        for group in range(4):
+            n = int(length * rng.uniform(0.9, 1.1))
+            cut = int(n * (rng.uniform(0.45, 0.55) if forks == "mid" else rng.uniform(0.01, 0.1)))
+            pre = ids(cut)
+            for _ in range(3):  # the root's own ending and k = 2 siblings
+                resp = pre + ids(max(1, int((n - cut) * rng.uniform(0.9, 1.1))))
+                adv = torch.full((len(resp),), rng.choice([-1.0, 1.0]))
+                rows.append(update.Row(p, resp, adv, q, group, cut))
+    return rows
+
+
+def one_minibatch(model, rows, packing: str, micro_batch: int) -> dict:
+    """The update's loss forward and backward over every row (one mini-batch), timed; the tokens it computed."""
+    cfg = TrainConfig(update_packing=packing, micro_batch=micro_batch)
+    device = next(model.parameters()).device
+    model.zero_grad(set_to_none=True)
+    tally = update._Tally()
+    n_tokens = sum(len(r.response) for r in rows)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    with tree_attention_on(model) if packing == "tree" else _Nothing():
+        update._backward(model, rows, list(range(len(rows))), cfg, 0, n_tokens, len(rows), {}, tally)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return {
+        "time_s": time.perf_counter() - t0,
+        "tokens": tally.tokens,
+        "peak_gb": torch.cuda.max_memory_allocated() / 1e9 if device.type == "cuda" else None,
+    }
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def paper_shape(args, device) -> list[dict]:
+    shape = SMOKE if args.smoke else QWEN3_06B
+    model = model_of(shape, args.layers, device)
+    out = []
+    for length in args.lens:
+        for forks in args.forks:
+            rows = paper_rows(args.trees, args.prompt, length, forks, shape["vocab_size"])
+            res = {}
+            for packing in ("path", "tree"):
+                one_minibatch(model, rows[:3], packing, args.micro_batch)  # warm-up
+                res[packing] = one_minibatch(model, rows, packing, args.micro_batch)
+            out.append(_ratios({"case": f"chains {length}, forks {forks}", "rows": len(rows)}, res))
+    return out
+
+
+def _ratios(row: dict, res: dict) -> dict:
+    path, tree = res["path"], res["tree"]
+    return {
+        **row,
+        "tokens_path": path["tokens"],
+        "tokens_tree": tree["tokens"],
+        "token_ratio": path["tokens"] / tree["tokens"] if tree["tokens"] else float("nan"),
+        "time_path_s": path["time_s"],
+        "time_tree_s": tree["time_s"],
+        "time_ratio": path["time_s"] / tree["time_s"] if tree["time_s"] else float("nan"),
+        "peak_gb_path": path.get("peak_gb"),
+        "peak_gb_tree": tree.get("peak_gb"),
+    }
+
+
+def embedded_steps(args) -> list[dict]:
+    """``--steps`` training steps of each CPU arm with each packing (the HF backend: the same trees for both as long
+    as the weights agree, which they do to rounding)."""
+    from bsb.train.trainer import Trainer
+
+    arms = ["midpoint"] if args.smoke else args.arms
+    out = []
+    for arm in arms:
+        res = {}
+        for packing in ("path", "tree"):
+            with tempfile.TemporaryDirectory() as tmp:
+                extra = (
+                    dict(
+                        gen_prompts=2,
+                        prompts_per_step=2,
+                        chains=2,
+                        siblings=1,
+                        max_response_len=48,
+                        val_problems=2,
+                        dynamic_sampling=False,
+                    )
+                    if args.smoke
+                    else {}
+                )
+                cfg = TrainConfig.from_yaml(Path(__file__).parent.parent / "configs" / "cpu" / "arms" / f"{arm}.yaml")
+                cfg = TrainConfig(
+                    **{
+                        **cfg.__dict__,
+                        **extra,
+                        "steps": args.steps,
+                        "val_every": 0,
+                        "backend": "hf",
+                        "out_dir": tmp,
+                        "update_packing": packing,
+                        "keep_last": 0,
+                        "save_every": 0,
+                    }
+                )
+                rows = [r for r in Trainer(cfg).run() if "update_tokens" in r]
+            res[packing] = {
+                "tokens": sum(r["update_tokens"] for r in rows),
+                "time_s": sum(r["time_update"] for r in rows),
+                "fork_rel": sum(r["fork_rel_mean"] for r in rows) / len(rows),
+            }
+        out.append(_ratios({"case": f"embedded {arm}", "fork_rel_mean": res["tree"]["fork_rel"]}, res))
+    return out
+
+
+def main(argv=None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="toy sizes on the CPU (seconds)")
+    ap.add_argument(
+        "--layers", type=int, default=None, help="decoder layers (Qwen3-0.6B has 28; default 28 on CUDA, 2 on the CPU)"
+    )
+    ap.add_argument("--lens", type=int, nargs="+", default=None, help="chain lengths (default 1024 2048)")
+    ap.add_argument("--trees", type=int, default=1, help="trees in the mini-batch (12 rows each)")
+    ap.add_argument("--prompt", type=int, default=200, help="prompt tokens")
+    ap.add_argument("--micro-batch", type=int, default=12, help="rows per forward/backward")
+    ap.add_argument("--forks", nargs="+", default=["mid", "early"], choices=["mid", "early"], help="fork placements")
+    ap.add_argument("--steps", type=int, default=3, help="training steps of each embedded arm (0: skip)")
+    ap.add_argument(
+        "--arms",
+        nargs="+",
+        default=["midpoint", "probe_js", "lens_shift", "entropy"],
+        help="embedded arms (configs/cpu/arms)",
+    )
+    ap.add_argument("--skip-paper", action="store_true", help="only the embedded arms")
+    ap.add_argument("--json", default=None, help="write the rows here")
+    args = ap.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
+    args.layers = args.layers or (2 if args.smoke or device.type == "cpu" else 28)
+    args.lens = args.lens or ([64, 128] if args.smoke else [1024, 2048])
+    if args.smoke:
+        args.prompt, args.steps = 16, min(args.steps, 1)
+    rows = [] if args.skip_paper else paper_shape(args, device)
+    if args.steps:
+        rows += embedded_steps(args)
+    print(
+        f"{'case':32} {'tokens path':>12} {'tree':>9} {'ratio':>6} {'time path':>10} {'tree':>8} {'ratio':>6}  peak GB"
+    )
+    for r in rows:
+        peak = "" if r.get("peak_gb_path") is None else f"{r['peak_gb_path']:.1f} / {r['peak_gb_tree']:.1f}"
+        fork = f"  (forks at {r['fork_rel_mean']:.2f})" if "fork_rel_mean" in r else ""
+        print(
+            f"{r['case']:32} {r['tokens_path']:>12,} {r['tokens_tree']:>9,} {r['token_ratio']:>6.2f} "
+            f"{r['time_path_s']:>9.2f}s {r['time_tree_s']:>7.2f}s {r['time_ratio']:>6.2f}  {peak}{fork}"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": str(device), "layers": args.layers, "rows": rows}, indent=1))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
