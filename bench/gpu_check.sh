@@ -11,6 +11,8 @@
 #             reads from the kept keys and values, the training log-probs' peak memory
 #   train     2 steps of bsb train under torchrun (NCCL, FSDP2, bf16) on the same shape: each step's  -> gpu_train.json (per step)
 #             time split and memory
+#   update    the update per path and tree-packed on paper-shaped trees (28 layers, chains of 1,024  -> bench.log (a table)
+#             and 2,048, forks at the midpoint): token-forwards, time and peak memory, as ratios
 # At most 8 files land in OUTDIR (the GPU machine returns 8). The stage limits, plus 5 s for each stage to unwind
 # after SIGINT, add up to 480 s: the whole check fits in 8 minutes on one H200.
 #
@@ -24,7 +26,7 @@ set -uo pipefail
 BUDGET=480  # seconds: 8 of the GPU machine's 10 minutes per command
 GRACE=5     # seconds a stage gets to write what it has after SIGINT, before SIGKILL
 # name and limit (seconds) of every stage, in order
-STAGES=(env:20 compile:35 tests:95 kernels:110 e2e:90 train:100)
+STAGES=(env:20 compile:35 tests:90 kernels:95 e2e:75 train:90 update:40)
 
 mode=gpu
 case "${1:-}" in
@@ -98,6 +100,7 @@ if [ "$mode" = gpu ]; then
   cp bench/results/gpu-*.json "$out/" 2>/dev/null  # the .md and .csv say the same: 8 files come back
   stage e2e "$py" bench/gpu_e2e.py "$out"
   stage train "$py" -m torch.distributed.run --standalone --nproc_per_node=1 bench/gpu_train.py "$out" >> "$out/bench.log" 2>&1
+  stage update "$py" bench/update.py --lens 1024 2048 --forks mid --steps 0 >> "$out/bench.log" 2>&1
 else  # the same scripts at toy sizes on the CPU: each GPU script's pipeline, in seconds
   stage compile env -u TRITON_INTERPRET "$py" bench/sm90.py --smoke --out "$out"
   stage tests "$py" -m pytest tests/kernels -m gpu -q -p no:cacheprovider --collect-only > "$out/tests.log" 2>&1
@@ -105,6 +108,7 @@ else  # the same scripts at toy sizes on the CPU: each GPU script's pipeline, in
     -p no:cacheprovider --collect-only > "$out/bench.log" 2>&1
   stage e2e "$py" bench/gpu_e2e.py "$out" --smoke
   stage train "$py" -m torch.distributed.run --standalone --nproc_per_node=1 bench/gpu_train.py "$out" --smoke >> "$out/bench.log" 2>&1
+  stage update "$py" bench/update.py --smoke --steps 0 >> "$out/bench.log" 2>&1
 fi
 ls -l "$out"
 log "$failed stage(s) failed"

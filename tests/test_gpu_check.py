@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu_check.sh"
-STAGES = ["env", "compile", "tests", "kernels", "e2e", "train"]
+STAGES = ["env", "compile", "tests", "kernels", "e2e", "train", "update"]
 
 
 def _dry_run(script=SCRIPT):
