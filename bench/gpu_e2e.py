@@ -25,34 +25,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from inputs import QWEN3_06B, QWEN3_TOY  # noqa: E402
 
 
 def _model(smoke: bool, device: torch.device, dtype: torch.dtype):
     import transformers
 
-    if smoke:
-        cfg = transformers.Qwen3Config(
-            vocab_size=512,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=32,
-            max_position_embeddings=8192,
-        )
-    else:  # the Qwen3-0.6B shape
-        cfg = transformers.Qwen3Config(
-            vocab_size=151_936,
-            hidden_size=1024,
-            intermediate_size=3072,
-            num_hidden_layers=28,
-            num_attention_heads=16,
-            num_key_value_heads=8,
-            head_dim=128,
-            max_position_embeddings=40_960,
-            tie_word_embeddings=True,
-        )
+    cfg = transformers.Qwen3Config(num_hidden_layers=2 if smoke else 28, **(QWEN3_TOY if smoke else QWEN3_06B))
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     return transformers.AutoModelForCausalLM.from_config(cfg).to(device, dtype).eval()

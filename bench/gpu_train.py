@@ -23,6 +23,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from inputs import QWEN3_06B, QWEN3_TOY  # noqa: E402
 
 GIB = 2**30
 STEP_KEYS = ("step", "tokens_generated", "tokens_trained", "loss", "groups_kept")
@@ -33,30 +35,7 @@ def _model_dir(path: Path, smoke: bool) -> None:
 
     from bsb.embedded.tokenizer import walk_tokenizer
 
-    if smoke:
-        cfg = transformers.Qwen3Config(
-            vocab_size=512,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=32,
-            max_position_embeddings=2048,
-            tie_word_embeddings=True,
-        )
-    else:  # the Qwen3-0.6B shape
-        cfg = transformers.Qwen3Config(
-            vocab_size=151_936,
-            hidden_size=1024,
-            intermediate_size=3072,
-            num_hidden_layers=28,
-            num_attention_heads=16,
-            num_key_value_heads=8,
-            head_dim=128,
-            max_position_embeddings=40_960,
-            tie_word_embeddings=True,
-        )
+    cfg = transformers.Qwen3Config(num_hidden_layers=2 if smoke else 28, **(QWEN3_TOY if smoke else QWEN3_06B))
     tok = walk_tokenizer()
     cfg.eos_token_id, cfg.pad_token_id = tok.eos_token_id, tok.pad_token_id
     torch.manual_seed(0)

@@ -6,6 +6,30 @@ import torch
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
+# the Qwen3-0.6B shape (width, heads, MLP, vocabulary) of the GPU scripts' random models; each picks its layer count
+QWEN3_06B = dict(
+    vocab_size=151_936,
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    max_position_embeddings=40_960,
+    rope_theta=1_000_000.0,
+    tie_word_embeddings=True,
+)
+# the toy shape of their --smoke runs on the CPU
+QWEN3_TOY = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=32,
+    max_position_embeddings=8192,
+    tie_word_embeddings=True,
+)
+
 
 def make(op: str, shape: dict, device: str, seed: int = 0) -> tuple:
     """Inputs of ``op`` at ``shape``, drawn on ``device`` itself (a GPU draws its gigabytes in milliseconds)."""

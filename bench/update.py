@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,17 +31,9 @@ from bsb.train import update
 from bsb.train.config import TrainConfig
 from bsb.train.tree_pack import tree_attention_on
 
-QWEN3_06B = dict(
-    vocab_size=151936,
-    hidden_size=1024,
-    intermediate_size=3072,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-    max_position_embeddings=40960,
-    rope_theta=1_000_000.0,
-    tie_word_embeddings=True,
-)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from inputs import QWEN3_06B  # noqa: E402  (bench/ beside this script)
+
 SMOKE = dict(
     vocab_size=64,
     hidden_size=32,
