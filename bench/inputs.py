@@ -27,7 +27,6 @@ QWEN3_TOY = dict(
     num_key_value_heads=1,
     head_dim=32,
     max_position_embeddings=8192,
-    tie_word_embeddings=True,
 )
 
 
