@@ -4,8 +4,10 @@ default's map walks; ``arith``, the earlier arithmetic chains; ``code``, the emb
 Qwen3 architecture with head_dim 64, so that vLLM's CPU attention serves it. Training uses the task's tokenizer
 (counts and map entries as single tokens for ``walk``, characters otherwise), the synthetic chains with their detours,
 and a loss on the response tokens only; for ``walk`` also on the final answer stated after ``=>`` at a random line
-boundary (:func:`bsb.tasks.synthetic.walk.probe_example`), so that the probe reads a belief over the final answer. It is
-deterministic for a seed and takes a few minutes on a 2-core CPU. The checkpoint is a normal Hugging Face
+boundary (:func:`bsb.tasks.synthetic.walk.probe_example`), so that the probe reads a belief over the final answer,
+with the walk default's half of them cut just after a slip of a fresh wrong chain (``probe_slip``), where copying the
+answer from an earlier line is wrong. It is deterministic for a seed and takes minutes on a 2-core CPU (the walk
+default about ten). The checkpoint is a normal Hugging Face
 directory under ``$BSB_CACHE`` (default ``~/.cache/bsb``), keyed by the training settings, and is reused when
 present.
 
@@ -35,6 +37,7 @@ from bsb.embedded.tokenizer import char_tokenizer, walk_tokenizer
 from bsb.tasks.base import hook
 from bsb.tasks.synthetic.arith import make_problem, training_chains
 from bsb.tasks.synthetic.code import training_programs
+from bsb.tasks.synthetic.walk import make_chain as make_walk_chain
 from bsb.tasks.synthetic.walk import probe_example
 from bsb.tasks.synthetic.walk import training_chains as walk_chains
 
@@ -52,14 +55,19 @@ class TinyConfig:
     max_operand: int = 5  # operands are drawn from [0, max_operand] (9 leaves too many facts to learn in minutes)
     task: str = "arith"  # the synthetic task it learns: walk | arith | code (bsb.tasks.synthetic.walk, .arith, .code)
     probe_frac: float = 0.5  # walk: chains that also teach the final answer after "=>" at a random boundary
+    corrected: float = 0.5  # walk: the share of detours corrected with "wait" (the rest carry on from the slip)
+    probe_window: int = 1  # walk: a detour's probe cut falls within this many lines after its wrong line
+    probe_slip: float = 0.0  # walk: probe examples drawn from a fresh wrong chain of the problem, cut after its slip
 
     def __post_init__(self):
         if self.task not in TASKS:
             raise ValueError(f"TinyConfig.task must be one of {', '.join(TASKS)}, got {self.task!r}")
 
     def key(self) -> str:
-        # arith and code keys predate the task and probe_frac fields: they keep their names
-        legacy = () if self.task == "walk" else (("task", "arith"), ("probe_frac", 0.5))
+        # arith and code keys predate the task and probe_frac fields, every key the walk data's corrected and
+        # probe_window: at their first values they are left out, and the earlier models keep their names
+        legacy = {("corrected", 0.5), ("probe_window", 1), ("probe_slip", 0.0)}
+        legacy |= set() if self.task == "walk" else {("task", "arith"), ("probe_frac", 0.5)}
         fields = {k: v for k, v in asdict(self).items() if (k, v) not in legacy}
         return "tiny-qwen3-" + "-".join(f"{k}{v}" for k, v in fields.items()).replace(" ", "").replace(
             ",", "_"
@@ -68,7 +76,17 @@ class TinyConfig:
 
 TASKS = ("walk", "arith", "code")
 # the embedded default model of `bsb demo`, `bsb validate` and `bsb train`: map walks of 30-50 steps
-EMBEDDED = TinyConfig(steps=1650, task="walk", ops=tuple(range(30, 51)), detour_frac=0.3, probe_frac=1.0)
+EMBEDDED = TinyConfig(
+    steps=4000,
+    task="walk",
+    ops=tuple(range(30, 51)),
+    detour_frac=0.3,
+    probe_frac=1.0,
+    layers=4,
+    corrected=0.15,
+    probe_window=3,
+    probe_slip=0.5,
+)
 EMBEDDED_ARITH = TinyConfig()  # the earlier miniature (`--set task=arith`): character-level expression chains
 # the embedded code default (`--set task=code`): programs through named variables, one line per step
 EMBEDDED_CODE = TinyConfig(steps=2000, layers=3, ops=(1, 2, 2, 3, 3), detour_frac=0.2, max_operand=5, task="code")
@@ -289,10 +307,16 @@ def _examples(cfg: TinyConfig) -> list[tuple[int, list[tuple[str, str, bool]]]]:
     if cfg.task == "walk":
         rng = random.Random(cfg.seed + 1)
         out = []
-        for c in walk_chains(n, cfg.seed, cfg.ops, cfg.detour_frac):
+        for c in walk_chains(n, cfg.seed, cfg.ops, cfg.detour_frac, cfg.corrected):
             seqs = [(c.problem.prompt, c.response, True)]
             if rng.random() < cfg.probe_frac:
-                prompt, partial, answer = probe_example(c, rng)
+                if cfg.probe_slip and rng.random() < cfg.probe_slip:  # within the window after a slip
+                    w = make_walk_chain(c.problem, rng, "wrong")
+                    prompt, partial, answer = probe_example(
+                        w, rng, complete=0.0, at_detour=1.0, window=cfg.probe_window
+                    )
+                else:
+                    prompt, partial, answer = probe_example(c, rng, window=cfg.probe_window)
                 seqs.append((prompt + partial, answer, False))  # the answer only: no loss on the cut chain, no EOS
             out.append((c.problem.n_ops, seqs))
         return out

@@ -64,6 +64,28 @@ def test_the_walk_default_trains_deterministically_with_numbers_as_tokens_and_pr
     assert all(seqs[0][2] for _, seqs in examples)  # the chains themselves end with EOS
 
 
+def test_slip_probes_cut_a_fresh_wrong_chain_of_the_problem_after_its_slip_and_new_fields_keep_old_keys():
+    """probe_slip: that share of the probe examples is a fresh wrong chain of the same problem, cut within the window
+    after its wrong line (its answer: where the slipped walk ends); corrected, probe_window and probe_slip at their
+    first values leave the earlier models' cache keys as they were."""
+    from bsb.embedded.model import EMBEDDED, _examples
+    from bsb.tasks.synthetic.walk import SUFFIX
+
+    for field in ("corrected", "probe_window", "probe_slip"):
+        assert field in EMBEDDED.key() and field not in TinyConfig(task="walk").key()
+    base = TinyConfig(steps=40, batch=4, ops=(9, 12), task="walk", probe_frac=1.0)
+    slip = _examples(TinyConfig(**{**base.__dict__, "probe_slip": 1.0, "probe_window": 2, "detour_frac": 0.0}))
+    for _, ((prompt, chain, _), (context, answer, _)) in slip:
+        lines = context[len(prompt) : -len(SUFFIX)].splitlines()
+        assert context.startswith(prompt) and context.endswith(SUFFIX) and lines  # cut after a line
+        assert not chain.startswith("".join(ln + "\n" for ln in lines))  # not the training chain: it has no detour
+        succ = dict(entry.split(">") for entry in prompt.split()[1:-1])
+        here, left = lines[-1][-1], int(lines[-1][:-3]) - 1
+        for _ in range(left):
+            here = succ[here]
+        assert answer == here  # where the walk ends from the slip on
+
+
 def test_the_loss_weighs_the_probe_answers_like_the_chains():
     from bsb.embedded.model import _loss
 

@@ -54,3 +54,57 @@ def test_the_shipped_checkpoint_reproduces_its_recorded_held_out_accuracy(name):
     correct, n = sampled_accuracy(folder, name, rec["problems"], temperature=rec["temperature"])
     p = rec["accuracy"]
     assert abs(correct / n - p) <= 3 * math.sqrt(p * (1 - p) / n) + 1e-9, (correct, n, rec)  # within sampling error
+
+
+def _walk_lag():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("walk_lag", Path(__file__).parents[2] / "bench" / "walk_lag.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+@pytest.mark.slow
+def test_the_shipped_walk_models_belief_moves_at_the_wrong_line_as_recorded():
+    """bench/walk_lag.py on the shipped walk model: its belief moves across the wrong line (3x one line later, 5x
+    elsewhere) and holds the gold answer at 0.8 or more before it, with the figures recorded beside the checkpoint
+    (the same constructed chains: only float differences between CPUs)."""
+    bench = _walk_lag()
+    folder = M.shipped_checkpoint("walk")
+    rec = json.loads((folder / "bsb_lag.json").read_text())
+    got = bench.measure(folder, rec["chains"], rec["seed"])
+    assert bench.missed(got) == [], got
+    for key in ("js_elsewhere", "js_at_over_next", "js_at_over_elsewhere", "gold_before", "top_is_end"):
+        assert got[key] == pytest.approx(rec[key], rel=0.05, abs=1e-3), (key, got[key], rec[key])
+    assert [got["js"][k] for k in range(-3, 4)] == pytest.approx([rec["js"][str(k)] for k in range(-3, 4)], abs=2e-3)
+
+
+def test_walk_lag_targets_are_the_issues_and_a_missed_one_is_named():
+    bench = _walk_lag()
+    assert bench.TARGETS == {"js_at_over_next": 3.0, "js_at_over_elsewhere": 5.0, "gold_before": 0.8}
+    ok = {"js_at_over_next": 3.0, "js_at_over_elsewhere": 5.0, "gold_before": 0.8}
+    assert bench.missed(ok) == []
+    assert bench.missed({**ok, "js_at_over_next": 2.9}) == ["js_at_over_next 2.90 < 3.0"]
+    assert bench.missed({**ok, "gold_before": float("nan")}) == ["gold_before nan < 0.8"]
+
+
+def test_ship_model_refuses_a_folder_that_is_not_the_recipes_checkpoint(tmp_path, capsys):
+    """bench/ship_model.py replaces a shipped default only with a checkpoint trained from its recipe."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("ship", Path(__file__).parents[2] / "bench" / "ship_model.py")
+    ship = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship)
+    before = (M.SHIPPED / "SHA256SUMS").read_text()
+    with pytest.raises(SystemExit):
+        ship.main(["walk", str(tmp_path)])
+    assert "not a trained checkpoint (missing bsb_train.json" in capsys.readouterr().err
+    code = tmp_path / "code"
+    shutil.copytree(M.shipped_checkpoint("code"), code)
+    with pytest.raises(SystemExit):
+        ship.main(["walk", str(code)])
+    assert "not the walk recipe" in capsys.readouterr().err
+    assert (M.SHIPPED / "SHA256SUMS").read_text() == before  # nothing shipped

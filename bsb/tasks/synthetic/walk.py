@@ -14,10 +14,11 @@ the whole answer. The default lengths, 34-50 steps (median 42 boundaries), put `
 paper's ratio with three or four kept points a chain.
 
 Training chains carry detours: ``wrong`` (one step writes a wrong successor and the walk carries on from it) and
-``corrected`` (the next line, ``wait 3c>e``, restates the step correctly and the walk goes on from the right symbol).
-:func:`probe_example` teaches the model to state the walk's final symbol after ``=>`` at any line boundary, so the
-probe reads a belief over the *final* answer, and cuts detour chains just after their wrong line, where that answer
-has just moved.
+``corrected`` (the next line, ``wait 3c>e``, restates the step correctly and the walk goes on from the right symbol);
+``corrected`` sets their split, and with it what a model believes just after a wrong line (an even split leaves it
+halfway until the next line shows whether a ``wait`` follows). :func:`probe_example` teaches the model to state the
+walk's final symbol after ``=>`` at any line boundary, so the probe reads a belief over the *final* answer, and cuts
+detour chains within a window of lines after their wrong line, where that answer has just moved.
 
 :func:`bsv_continuations` drafts the three regimes BSV is fitted on from a reference chain cut at a boundary: surge
 (the next steps, correct), drop (the next step wrong, the walk carried on from it), steady (the last line restated).
@@ -149,36 +150,46 @@ def make_chain(problem: WalkProblem, rng: random.Random, kind: str = "correct") 
     raise ValueError(f"could not build a wrong chain for {problem.prompt.strip()!r}")
 
 
-def training_chains(n: int, seed: int, ops: tuple[int, ...], detour_frac: float = 0.3) -> list[WalkChain]:
-    """A deterministic training set: lengths drawn from ``ops``; ``detour_frac`` of the chains take a detour, split
-    evenly between wrong and corrected."""
+def training_chains(
+    n: int, seed: int, ops: tuple[int, ...], detour_frac: float = 0.3, corrected: float = 0.5
+) -> list[WalkChain]:
+    """A deterministic training set: lengths drawn from ``ops``; ``detour_frac`` of the chains take a detour, the
+    share ``corrected`` of those corrected (the rest wrong). The share sets what a model trained on them believes just
+    after a wrong line: the chain's new end with probability ``1 - corrected`` (the line after it may restate the step
+    with ``wait``), so an even split leaves the belief halfway and moves it again one line later."""
+    if not 0.0 <= detour_frac <= 1.0 or not 0.0 <= corrected <= 1.0:
+        raise ValueError(f"detour_frac and corrected must be in [0, 1], got {detour_frac} and {corrected}")
     rng = random.Random(seed)
     out = []
     for _ in range(n):
         problem = make_problem(rng, rng.choice(ops))
         r = rng.random()
-        kind = "correct" if r >= detour_frac else ("wrong" if r < detour_frac / 2 else "corrected")
+        kind = "correct" if r >= detour_frac else ("wrong" if r < detour_frac * (1 - corrected) else "corrected")
         out.append(make_chain(problem, rng, kind))
     return out
 
 
 def probe_example(
-    chain: WalkChain, rng: random.Random, complete: float = 0.25, at_detour: float = 0.5
+    chain: WalkChain, rng: random.Random, complete: float = 0.25, at_detour: float = 0.5, window: int = 1
 ) -> tuple[str, str, str]:
     """(prompt, partial response, answer): the chain cut at a line boundary, then the suffix; the answer is the symbol
     the whole chain states. The cut falls after the last line (the chain complete: the answer is its last symbol) with
-    probability ``complete``; in a chain with a detour, with probability ``at_detour`` just after its wrong line (or,
-    corrected, after the line that restates it), where the answer has just changed (or changed back); else at a random
-    earlier boundary (0 = before the first line), where the answer is what the walk will come to. The loss falls on
-    the answer only, so the model learns the final answer's distribution from partial work (the detour cuts are
-    meant to make it move on the line that moves the walk; the shipped model still moves one to three lines later:
-    ``bench/walk_lag.py``), and to tell it from the answer of a complete chain, without
-    learning to stop early."""
+    probability ``complete``; in a chain with a detour, with probability ``at_detour`` within ``window`` lines after
+    its wrong line (uniformly: just after it, or up to ``window - 1`` lines later; corrected, just after the wrong line
+    or the line that restates it), where the answer has just changed (or changed back); else at a random earlier
+    boundary (0 = before the first line), where the answer is what the walk will come to. The loss falls on the answer
+    only, so the model learns the final answer's distribution from partial work, and to tell it from the answer of a
+    complete chain, without learning to stop early. A window of several lines puts the loss where a model that copies
+    its answer from the latest line of the answer's phase is wrong (the lines after a slip, before that phase comes
+    round): the shortcut behind a belief that lags the walk (``bench/walk_lag.py``)."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
     r = rng.random()
     if r < complete:
         j = len(chain.lines)
     elif chain.pivot_line is not None and r < complete + (1 - complete) * at_detour:
-        j = chain.pivot_line + 1 + (chain.kind == "corrected" and rng.random() < 0.5)
+        later = (rng.random() < 0.5) if chain.kind == "corrected" else (rng.randrange(window) if window > 1 else 0)
+        j = min(len(chain.lines), chain.pivot_line + 1 + later)
     else:
         j = rng.randrange(len(chain.lines))
     return chain.problem.prompt, "".join(line + "\n" for line in chain.lines[:j]) + SUFFIX, chain.final_answer

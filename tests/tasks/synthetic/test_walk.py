@@ -94,6 +94,29 @@ def test_training_set_is_deterministic_mixed_and_probe_examples_cut_at_boundarie
     assert all(j - c.pivot_line in ((1, 2) if c.kind == "corrected" else (1,)) for j, c in zip(at, detours))
 
 
+def test_the_corrected_share_and_the_probe_window_after_a_slip():
+    """``corrected`` splits the detours (the default's even split keeps the earlier recipe's data); ``window`` spreads
+    a wrong chain's detour cuts over the lines after its slip, never past its end."""
+    a = training_chains(2000, 5, (8, 12), detour_frac=0.4, corrected=0.15)
+    assert [c.text for c in training_chains(300, 3, (8, 12), corrected=0.5)] == [
+        c.text for c in training_chains(300, 3, (8, 12))
+    ]
+    wrong, fixed = sum(c.kind == "wrong" for c in a), sum(c.kind == "corrected" for c in a)
+    assert 0.10 < fixed / (wrong + fixed) < 0.20 and 0.35 < (wrong + fixed) / len(a) < 0.45
+    rng = random.Random(1)
+    wrongs = [c for c in a if c.kind == "wrong"]
+    after = [
+        len(probe_example(c, rng, complete=0.0, at_detour=1.0, window=3)[1].splitlines()) - 1 - c.pivot_line
+        for c in wrongs
+    ]
+    assert set(after) == {1, 2, 3}  # within three lines after the slip, each of them drawn
+    assert all(c.pivot_line + k <= len(c.lines) for c, k in zip(wrongs, after))
+    with pytest.raises(ValueError, match="window"):
+        probe_example(wrongs[0], rng, window=0)
+    with pytest.raises(ValueError, match="corrected"):
+        training_chains(3, 0, (8,), corrected=1.5)
+
+
 def test_bsv_regimes_continue_the_reference_surge_drop_or_restate():
     rng = random.Random(2)
     for _ in range(30):
