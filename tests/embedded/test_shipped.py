@@ -66,19 +66,37 @@ def _walk_lag():
     return bench
 
 
-@pytest.mark.slow
-def test_the_shipped_walk_models_belief_moves_at_the_wrong_line_as_recorded():
-    """bench/walk_lag.py on the shipped walk model: its belief moves across the wrong line (3x one line later, 5x
-    elsewhere) and holds the gold answer at 0.8 or more before it, with the figures recorded beside the checkpoint
-    (the same constructed chains: only float differences between CPUs)."""
+@pytest.fixture(scope="module")
+def shipped_lag():
+    """bench/walk_lag.py's figures on the shipped walk model (the recorded chains) and the recorded ones."""
     bench = _walk_lag()
     folder = M.shipped_checkpoint("walk")
     rec = json.loads((folder / "bsb_lag.json").read_text())
-    got = bench.measure(folder, rec["chains"], rec["seed"])
-    assert bench.missed(got) == [], got
+    return bench, bench.measure(folder, rec["chains"], rec["seed"]), rec
+
+
+@pytest.mark.slow
+def test_the_shipped_walk_models_lag_figures_are_the_recorded_ones(shipped_lag):
+    """The same constructed chains, so only float differences between CPUs: the figures bsb_lag.json (and the docs)
+    hold."""
+    _, got, rec = shipped_lag
     for key in ("js_elsewhere", "js_at_over_next", "js_at_over_elsewhere", "gold_before", "top_is_end"):
         assert got[key] == pytest.approx(rec[key], rel=0.05, abs=1e-3), (key, got[key], rec[key])
     assert [got["js"][k] for k in range(-3, 4)] == pytest.approx([rec["js"][str(k)] for k in range(-3, 4)], abs=2e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="the shipped walk model misses walk_lag's targets (JS at the wrong line 1.0x one line later, 2.3x "
+    "elsewhere, gold before 0.70; docs/embedded.md, 'The belief after a slip'): strict, so a model that meets them "
+    "turns this into a failure to remove the mark",
+)
+def test_the_shipped_walk_models_belief_moves_at_the_wrong_line(shipped_lag):
+    """Issue 39's targets: JS across the wrong line at least 3x its JS one line later and 5x elsewhere, the belief in
+    the gold answer at least 0.8 before it."""
+    bench, got, _ = shipped_lag
+    assert bench.missed(got) == [], got
 
 
 def test_walk_lag_targets_are_the_issues_and_a_missed_one_is_named():
