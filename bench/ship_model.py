@@ -17,6 +17,7 @@ import importlib.util
 import json
 import shutil
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,8 +47,6 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         ap.error(f"{src}: not a trained checkpoint (missing {', '.join(missing)})")
     trained = json.loads((src / "bsb_train.json").read_text())["config"]
-    from dataclasses import asdict
-
     want = json.loads(json.dumps(asdict(cfg)))
     if trained != want:
         ap.error(f"{src} was trained with {trained}, not the {args.name} recipe {want} (bsb/embedded/model.py)")

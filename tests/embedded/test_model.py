@@ -1,5 +1,6 @@
 """The embedded default model: a test-size variant trains from scratch, deterministically, and loads back."""
 
+import dataclasses
 import json
 
 import pytest
@@ -74,7 +75,7 @@ def test_slip_probes_cut_a_fresh_wrong_chain_of_the_problem_after_its_slip_and_n
     for field in ("corrected", "probe_window", "probe_slip"):
         assert field in EMBEDDED.key() and field not in TinyConfig(task="walk").key()
     base = TinyConfig(steps=40, batch=4, ops=(9, 12), task="walk", probe_frac=1.0)
-    slip = _examples(TinyConfig(**{**base.__dict__, "probe_slip": 1.0, "probe_window": 2, "detour_frac": 0.0}))
+    slip = _examples(dataclasses.replace(base, probe_slip=1.0, probe_window=2, detour_frac=0.0))
     for _, ((prompt, chain, _), (context, answer, _)) in slip:
         lines = context[len(prompt) : -len(SUFFIX)].splitlines()
         assert context.startswith(prompt) and context.endswith(SUFFIX) and lines  # cut after a line
