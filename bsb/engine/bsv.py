@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from bsb.engine.hf_model import ResidualCapture, lens_parts
+from bsb.engine.hf_model import ResidualCapture, decoder_layers
 from bsb.tasks.base import hook
 
 REGIMES = ("surge", "steady", "drop")
@@ -63,7 +63,7 @@ def fit_bsv(model, examples: Sequence[BSVExample], window_after: int = 16, windo
     """Fit u_± per layer from the examples (Eq. 5) and choose L* by the antagonism criterion (Eq. 6)."""
     if window_after < 1 or window_before < 1:
         raise ValueError("window_after and window_before must be >= 1")
-    layers = lens_parts(model).layers
+    layers = decoder_layers(model)
     device = next(model.parameters()).device
     deltas: dict[str, list[torch.Tensor]] = {g: [] for g in REGIMES}
     for i, ex in enumerate(examples):
@@ -91,7 +91,7 @@ def fit_bsv(model, examples: Sequence[BSVExample], window_after: int = 16, windo
 @torch.no_grad()
 def bsv_scores(model, prefix: Sequence[int], cuts: Sequence[int], direction: BSVDirection) -> torch.Tensor:
     """s_t = ⟨u_−^(L*), h_t^(L*)⟩ at every cut, h_t at the last prefix token (one forward over the prefix)."""
-    layers = lens_parts(model).layers
+    layers = decoder_layers(model)
     if not 0 <= direction.layer < len(layers):
         raise ValueError(f"the direction's layer {direction.layer} does not exist in a {len(layers)}-layer model")
     device = next(model.parameters()).device

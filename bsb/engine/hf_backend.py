@@ -25,7 +25,8 @@ import torch
 from bsb import kernels
 from bsb.engine.backend import Capabilities, ChainResults, TokenStats, check_generation_args, request_seeds
 from bsb.engine.device import autocast, compute_device
-from bsb.engine.hf_model import check_supported, lens_parts
+from bsb.engine.families import plan
+from bsb.engine.hf_model import head_logits, lens_parts
 from bsb.engine.packed import CutReads, KeptKV, cached_reads, naive_reads, packed_reads, packed_reads_many
 
 
@@ -59,14 +60,21 @@ class HFBackend:
         self._keep_kv = keep_kv
         self._kept: tuple[KeptKV, dict[tuple, int], int] | None = None  # (kv, row of each prompt + response, version)
         # this instance's record: on_cpu is where its model was placed when it was built
-        self.capabilities = replace(HFBackend.capabilities, on_cpu=self.device.type == "cpu")
-        self.packed = True
-        try:
-            check_supported(model)
-        except ValueError as why:
-            self.packed = False  # unknown family: the per-candidate re-forward (no hidden states)
+        # how this model is read, from its family's declaration: packed, with state carried from cut to cut
+        # (recurrent layers), or, for a family bsb does not know, the per-candidate re-forward; the lens and BSV
+        # (white-box reads) and kept keys and values only where the declaration allows them
+        self.plan = plan(model)
+        self.capabilities = replace(
+            HFBackend.capabilities,
+            on_cpu=self.device.type == "cpu",
+            white_box=self.plan.lens,
+            reuses_kv=self.plan.kept_kv,
+        )
+        self.missing = {} if self.plan.lens else {"white_box": self.plan.why}  # why a capability is off (require)
+        self.packed = self.plan.reads != "per_cut"  # the reads reuse each chain's prefix
+        if not self.packed:
             warnings.warn(
-                f"{why}; HFBackend reads through the naive per-candidate re-forward", RuntimeWarning, stacklevel=2
+                f"{self.plan.why}; HFBackend reads through the per-candidate re-forward", RuntimeWarning, stacklevel=2
             )
 
     def _autocast(self):
@@ -103,6 +111,10 @@ class HFBackend:
         """The reads of one chain at ``cuts`` (:func:`bsb.engine.packed.packed_reads`; the naive per-cut re-forward for
         a model family the packed forward does not support)."""
         with self._autocast():
+            if self.plan.reads == "stateful":
+                from bsb.engine.stateful import stateful_reads
+
+                return stateful_reads(self.model, [(prefix, cuts, answer)], suffix, with_hidden)[0]
             if self.packed:
                 return packed_reads(self.model, prefix, cuts, suffix, answer, with_hidden, self.max_pack_tokens)
             return naive_reads(self.model, prefix, cuts, suffix, answer, with_hidden)
@@ -171,10 +183,14 @@ class HFBackend:
                     out[i] = r
                     cached[i] = sum(int(t) for t in asks[i][1])
             if rest:
-                for i, r in zip(
-                    rest,
-                    packed_reads_many(self.model, [asks[i] for i in rest], suffix, self.read_batch_tokens, with_hidden),
-                ):
+                chains = [asks[i] for i in rest]
+                if self.plan.reads == "stateful":
+                    from bsb.engine.stateful import stateful_reads
+
+                    got = stateful_reads(self.model, chains, suffix, with_hidden)
+                else:
+                    got = packed_reads_many(self.model, chains, suffix, self.read_batch_tokens, with_hidden)
+                for i, r in zip(rest, got):
                     out[i] = r
         return out, cached
 
@@ -259,14 +275,13 @@ class HFBackend:
         ids = torch.cat([prompt, response]).to(self.device)[None]
         with self._autocast():
             hidden = self.model.model(ids).last_hidden_state[0]  # (S, d), final norm applied
-        head = self.model.get_output_embeddings()
         start = prompt.numel() - 1  # the position predicting response token 0
         out = {"s": [], "h": [], "m": []}
         n = response.numel()
         for c in range(0, n, self.chunk_positions):
             rows = hidden[start + c : start + min(c + self.chunk_positions, n)]  # (≤chunk, d)
             with self._autocast():
-                logits = head(rows).float()
+                logits = head_logits(self.model, rows).float()
             tokens = response[c : c + rows.shape[0]].to(self.device)
             s, h = kernels.surprisal_entropy(logits, tokens)
             out["s"].append(s)
@@ -323,7 +338,8 @@ class HFBackend:
                 row = row[: row.index(eos) + 1]
             results.append(row)
         cache = out.past_key_values if self._keep_kv else None
-        if isinstance(cache, Cache) and not any(cache.is_sliding):  # a sliding layer keeps its window only
+        # a sliding layer keeps its window only, a recurrent one its last state: such caches are not kept
+        if self.plan.kept_kv and isinstance(cache, Cache) and not any(cache.is_sliding):
             layers = [(layer.keys, layer.values) for layer in cache.layers]
             rows = {tuple(p) + tuple(r): i for i, (p, r) in enumerate(zip(prompts, results))}
             starts = [width - len(p) for p in prompts]

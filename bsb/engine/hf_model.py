@@ -1,8 +1,7 @@
 """What the belief reads need from a Hugging Face causal LM: its decoder layers, final norm and unembedding.
 
-Supported families are those whose residual stream, final norm and 4D-mask handling were checked against
-separate forwards (tests/engine/test_packed.py): Qwen2, Qwen3, Llama, OLMo-2 and OLMo-3. Another family is a
-clear error, not a silently wrong read.
+Where these sit and what they compute is the family's declaration (:mod:`bsb.engine.families`): a family whose
+residual stream, final norm and mask handling were checked against separate forwards (tests/engine/test_families.py).
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-SUPPORTED_FAMILIES = ("qwen2", "qwen3", "llama", "olmo2", "olmo3")
+from bsb.engine.families import check_declared, family_of, head_quirks, model_family, plan
 
 
 @dataclass(frozen=True)
@@ -19,31 +18,52 @@ class LensParts:
     """The pieces of the logit lens (Eq. 3): the model's own final norm and unembedding."""
 
     layers: list[torch.nn.Module]  # decoder layers, in depth order
-    norm_weight: torch.Tensor  # (d,)
+    norm_weight: torch.Tensor  # (d,) the weight the norm's output is scaled by (Gemma's 1 + w included)
     norm_eps: float
     unembed: torch.Tensor  # (V, d)
 
 
-def model_family(model) -> str:
-    return getattr(getattr(model, "config", None), "model_type", type(model).__name__)
-
-
 def check_supported(model) -> None:
-    family = model_family(model)
-    if family not in SUPPORTED_FAMILIES:
-        raise ValueError(
-            f"the packed forward does not know model family {family!r}; supported: {', '.join(SUPPORTED_FAMILIES)}. "
-            "Use the naive re-forward (bsb.engine.packed.naive_reads) for other families."
-        )
+    """That the packed forward can read ``model`` (a declared family whose layers it can mask), else one error."""
+    how = plan(model)
+    if how.reads != "packed":
+        raise ValueError(f"the packed forward cannot read this model: {how.why}. Read it per cut (naive_reads)")
+
+
+def decoder_layers(model) -> list[torch.nn.Module]:
+    """The decoder layers of a declared family, in depth order (the residual stream after each is the lens's input)."""
+    check_declared(model)
+    return list(model.model.layers)
 
 
 def lens_parts(model) -> LensParts:
-    check_supported(model)
-    inner = model.model
-    eps = getattr(model.config, "rms_norm_eps", None)
+    """The model's own final norm (as a scale and epsilon) and unembedding, from its family's declaration."""
+    family = check_declared(model)
+    quirks = head_quirks(model)
+    if quirks:
+        raise ValueError(
+            f"the logit lens applies a plain unembedding; this {family.label} head has {', '.join(quirks)}"
+        )
+    eps = getattr(model.config, family.eps, None)
     if eps is None:
-        raise ValueError(f"{model_family(model)} config has no rms_norm_eps; cannot rebuild its final norm")
-    return LensParts(list(inner.layers), inner.norm.weight, float(eps), model.get_output_embeddings().weight)
+        raise ValueError(f"{model_family(model)} config has no {family.eps}; cannot rebuild its final norm")
+    norm = getattr(model.model, family.norm)
+    weight = norm.weight if not family.norm_offset else norm.weight + family.norm_offset
+    return LensParts(decoder_layers(model), weight, float(eps), model.get_output_embeddings().weight)
+
+
+def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """The model's logits from final hidden states, as its own forward computes them: the LM head, then the family's
+    tanh softcap or logit scale where its config sets one (:func:`bsb.engine.families.head_quirks`)."""
+    logits = model.get_output_embeddings()(hidden)
+    family = family_of(model)
+    cap = getattr(model.config, family.softcap, None) if family and family.softcap else None
+    scale = getattr(model.config, family.logit_scale, None) if family and family.logit_scale else None
+    if scale not in (None, 1, 1.0):
+        logits = logits / scale
+    if cap is not None:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
 
 
 class ResidualCapture:

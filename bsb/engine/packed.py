@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from bsb.engine.hf_model import ResidualCapture, check_supported, lens_parts
+from bsb.engine.families import ATTENTION_TYPES, layer_kinds
+from bsb.engine.hf_model import ResidualCapture, check_supported, decoder_layers, head_logits
 
 
 @dataclass
@@ -226,12 +227,12 @@ def _cached_group(model, kv: KeptKV, group, suffix, with_hidden) -> list[CutRead
     kw = dict(attention_mask=mask, position_ids=pos.to(device), past_key_values=past, use_cache=True)
     with torch.no_grad():
         if with_hidden:
-            with ResidualCapture(lens_parts(model).layers, ans_at[:, 1], ans_at[:, 0]) as cap:
+            with ResidualCapture(decoder_layers(model), ans_at[:, 1], ans_at[:, 0]) as cap:
                 hidden = model.model(ids.to(device), **kw).last_hidden_state
             layer_hidden = cap.stacked()  # (layers, ΣC·n, d)
         else:
             hidden = model.model(ids.to(device), **kw).last_hidden_state
-        logits = model.get_output_embeddings()(hidden[at[:, 0], at[:, 1]])  # (ΣC + ΣC·n, V)
+        logits = head_logits(model, hidden[at[:, 0], at[:, 1]])  # (ΣC + ΣC·n, V)
     return _split(logits, layer_hidden if with_hidden else None, shapes)
 
 
@@ -305,7 +306,7 @@ def _packed_blocks(model, blocks, suffix, with_hidden) -> list[CutReads]:
     keep = torch.cat([torch.cat(reads).to(device), ans_pos])
     with torch.no_grad():
         if with_hidden:
-            with ResidualCapture(lens_parts(model).layers, ans_pos) as cap:
+            with ResidualCapture(decoder_layers(model), ans_pos) as cap:
                 out = model(ids[None], attention_mask=mask, position_ids=pos[None], logits_to_keep=keep)
             hidden = cap.stacked()  # (layers, Σ C·n, d)
         else:
@@ -314,29 +315,33 @@ def _packed_blocks(model, blocks, suffix, with_hidden) -> list[CutReads]:
     return _split(out.logits[0], hidden, shapes)
 
 
-MASKED_LAYER_TYPES = ("full_attention", "sliding_attention")
-
-
 def layer_masks(model, allowed: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype):
-    """The additive (1, 1, Q, Q) mask of ``allowed`` (a boolean 4D mask is wrong with eager attention). A model with
-    sliding-window layers (OLMo-3, Qwen with ``use_sliding_window``) gets one mask per layer type, the dict its forward
-    takes: a sliding layer sees a key only within ``sliding_window`` positions of its query's (by position id, as
-    separate forwards see it), whatever the packing put between them. Any other layer type is refused."""
-    kinds = set(model.config.to_dict().get("layer_types") or ["full_attention"])
-    unknown = kinds - set(MASKED_LAYER_TYPES)
+    """The additive (1, 1, Q, Q) mask of ``allowed`` (a boolean 4D mask is wrong with eager attention), for the layer
+    types of the model's family (:func:`bsb.engine.families.layer_kinds`): a sliding layer (OLMo-3, Gemma 3, Mistral
+    and Phi-3 with a window, Qwen with ``use_sliding_window``) sees a key only within ``sliding_window`` positions of
+    its query's (by position id, as separate forwards see it), whatever the packing put between them. Layers of two
+    types get the dict the model's forward takes, one mask per type; layers of one type one mask."""
+    config = model.config
+    kinds = set(layer_kinds(config))
+    unknown = kinds - set(ATTENTION_TYPES)
     if unknown:
         raise ValueError(
             f"{type(model).__name__} has {', '.join(sorted(unknown))} layers, which the packed forward cannot mask; "
-            f"it masks {' and '.join(MASKED_LAYER_TYPES)} layers"
+            f"it masks {' and '.join(ATTENTION_TYPES)} layers (read such a model per cut or with state, "
+            "bsb.engine.families.plan)"
         )
 
     def additive(ok: torch.Tensor) -> torch.Tensor:
         return torch.zeros(ok.shape, dtype=dtype, device=ok.device).masked_fill(~ok, torch.finfo(dtype).min)[None, None]
 
-    if "sliding_attention" not in kinds:
-        return additive(allowed)
-    near = (pos[:, None] - pos[None, :]) < model.config.sliding_window  # (Q, Q): HF's window, kv > q - W
-    return {"full_attention": additive(allowed), "sliding_attention": additive(allowed & near)}
+    masks = {}
+    for kind in kinds:
+        if kind == "sliding_attention":
+            near = (pos[:, None] - pos[None, :]) < config.sliding_window  # (Q, Q): HF's window, kv > q - W
+            masks[kind] = additive(allowed & near)
+        else:
+            masks[kind] = additive(allowed)
+    return masks.popitem()[1] if len(masks) == 1 else masks  # a 4D mask is taken as is by every layer
 
 
 def _split(logits: torch.Tensor, hidden: torch.Tensor | None, shapes) -> list[CutReads]:
@@ -391,7 +396,7 @@ def naive_reads(model, prefix, cuts: list[int], suffix, answer=None, with_hidden
         positions = torch.arange(read, read + n)
         with torch.no_grad():
             if with_hidden:
-                with ResidualCapture(lens_parts(model).layers, positions.to(device)) as cap:
+                with ResidualCapture(decoder_layers(model), positions.to(device)) as cap:
                     logits = model(ids[None]).logits[0]
                 hiddens.append(cap.stacked())  # (layers, n, d)
             else:

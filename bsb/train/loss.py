@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from bsb.engine.device import compute_device
-from bsb.engine.hf_model import SUPPORTED_FAMILIES, model_family
+from bsb.engine.families import plain_unembedding
 from bsb.kernels.linear_logprob import linear_token_logprobs
 from bsb.registry import Registry
 
@@ -51,14 +51,13 @@ def response_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """log π(y_t | x, y_<t) of every response token: ``(logp (B, R), mask (B, R))``, differentiable.
 
-    On a model family whose LM head is a plain unembedding (:data:`bsb.engine.hf_model.SUPPORTED_FAMILIES`, no bias),
+    On a model whose LM head is a plain unembedding (:func:`bsb.engine.families.plain_unembedding`),
     only the response positions' final hidden states go through a chunked linear + logsumexp
     (:func:`bsb.kernels.linear_logprob.linear_token_logprobs`), so no (B, W, V) logits are ever held; other models
     take the full-logits path (:func:`response_logprobs_full`)."""
     if any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token (the first response token is predicted from it)")
-    head = model.get_output_embeddings()
-    if model_family(model) not in SUPPORTED_FAMILIES or getattr(head, "bias", None) is not None:
+    if not plain_unembedding(model):
         return response_logprobs_full(model, prompts, responses, pad_id)
     ids, attn, mask = pad_batch(prompts, responses, pad_id)
     device = compute_device(model)  # offloaded FSDP2 shards sit on the host; the forward runs on the mesh's device

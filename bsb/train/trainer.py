@@ -24,15 +24,17 @@ committed answer and the verifier.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from bsb import floors
 from bsb.embedded.model import resolve_model
-from bsb.engine.backend import capabilities
+from bsb.engine.backend import BackendError, capabilities
 from bsb.engine.boundaries import newline_token_mask
 from bsb.engine.device import check_colocation, resolve_device, resolve_dtype
 from bsb.engine.probe import SelectorConfig, answer_tokens, check_against_model, resolve
@@ -49,8 +51,10 @@ from bsb.train.rollout import RolloutTimes
 from bsb.train.run_folder import RunFolder
 from bsb.train.seeds import VAL_SEED, stream
 from bsb.train.sharding import place_policy
-from bsb.train.tree_pack import check_tree_model
+from bsb.train.tree_pack import tree_update_refusal
 from bsb.train.update import update_policy
+
+log = logging.getLogger(__name__)
 
 
 class Trainer:
@@ -86,8 +90,10 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.placement = place_policy(load_from, self.world, self.device, self.dtype, cfg)
         self.policy = self.placement.model
-        if cfg.update_packing == "tree":
-            check_tree_model(self.policy)  # before any rollout, not at the first update
+        why = tree_update_refusal(self.policy) if cfg.update_packing == "tree" else ""
+        if why:  # decided before any rollout, said once: the per-path update computes the same loss
+            log.warning("update_packing=tree cannot update this model (%s): updating per path", why)
+            self.cfg = cfg = replace(cfg, update_packing="path")
         compute = None if self.dtype == torch.float32 else self.dtype
         self.hf = HFBackend(self.policy, self.tok, compute_dtype=compute)  # reads, generation: eval mode
         self.eos = self.tok.eos_token_id
@@ -103,6 +109,12 @@ class Trainer:
         self.reward_cfg = RewardConfig(cfg.max_response_len, cfg.overlong_buffer, cfg.overlong_factor)
         check_against_model(cfg, self.hf.vocab_size, self.policy.config.num_hidden_layers)
         self.selector = make_selector(cfg.selector, self.selector_config())
+        if "white_box" in self.selector.requires and not self.hf.capabilities.white_box:  # before an engine starts
+            raise BackendError(
+                f"selector={cfg.selector} reads hidden states, which bsb does not read on this model: "
+                f"{self.hf.plan.why}; train it with a selector that reads no hidden states: --set selector=probe_js "
+                "(or entropy, midpoint)"
+            )
         self.step, self.active_steps = 0, 0
         if state is not None:
             self.step, self.active_steps = state["step"], state.get("active_steps", 0)

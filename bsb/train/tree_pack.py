@@ -207,13 +207,25 @@ def _tree_mask(segs: list[_Segment], positions: torch.Tensor) -> TreeMask:
 
 
 def tree_attention(
-    module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None, bsb_tree=None, **_
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    scaling=None,
+    dropout=0.0,
+    sliding_window=None,
+    softcap=None,
+    bsb_tree=None,
+    **_,
 ):
     """transformers attention (``bsb_tree``) over a :class:`TreeMask`'s flat sequence: ``query`` (1, H, T, d), ``key``
     and ``value`` (1, H_kv, T, d) → (1, T, H, d). Each level: the segments' queries and their contexts' keys
     gathered, one masked SDPA, the outputs put back in flat order."""
     if bsb_tree is None:
         raise ValueError("the bsb_tree attention runs only inside the tree-packed pass (update_packing=tree)")
+    if softcap is not None:  # SDPA has no score softcap (Gemma 2): refuse rather than attend wrongly
+        raise ValueError(f"the tree-packed attention has no attention softcap (softcap={softcap}): update_packing=path")
     q, k, v = query[0], key[0], value[0]  # (H, T, d), (H_kv, T, d)
     heads, _, d = q.shape
     rep = heads // k.shape[0]
@@ -262,16 +274,20 @@ def tree_attention_on(model):
         config._attn_implementation = before
 
 
-def check_tree_model(model) -> None:
-    """The tree-packed pass needs the chunked head of a supported family (the trainer checks before its first step)."""
-    from bsb.engine.hf_model import SUPPORTED_FAMILIES, model_family
+def tree_update_refusal(model) -> str:
+    """Why the tree-packed pass cannot update ``model`` ("" when it can): it masks attention only (no recurrent
+    layers) and reads log-probs through the chunked head (a plain unembedding); :func:`bsb.engine.families.plan`."""
+    from bsb.engine.families import plan
 
-    head = model.get_output_embeddings()
-    if model_family(model) not in SUPPORTED_FAMILIES or getattr(head, "bias", None) is not None:
-        raise ValueError(
-            f"update_packing=tree needs a model family in {', '.join(SUPPORTED_FAMILIES)} with a bias-free LM head, "
-            f"got {model_family(model)!r}: set update_packing=path"
-        )
+    how = plan(model)
+    return "" if how.tree_update else how.why or "the tree-packed pass does not support it"
+
+
+def check_tree_model(model) -> None:
+    """One error where the tree-packed pass cannot update ``model`` (the trainer picks the per-path update instead)."""
+    why = tree_update_refusal(model)
+    if why:
+        raise ValueError(f"update_packing=tree cannot update this model: {why}; set update_packing=path")
 
 
 def tree_logprobs(

@@ -201,7 +201,7 @@ def test_bad_input(kwargs, match):
 
 def test_unknown_family_is_a_clear_error():
     gpt2 = transformers.AutoModelForCausalLM.from_config(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))
-    with pytest.raises(ValueError, match="does not know model family 'gpt2'"):
+    with pytest.raises(ValueError, match="model family 'gpt2' is not declared"):
         packed.packed_reads(gpt2, [1, 2, 3], [2], [4])
     assert packed.naive_reads(gpt2, [1, 2, 3], [2], [4]).read_logits.shape == (1, 50)  # the fallback works
 
