@@ -57,3 +57,24 @@ def tiny_model(family: str, attn: str = "sdpa", window: bool = True):
                     p.copy_(p + 0.3 * torch.randn(p.shape, generator=g))
         _cache[family, attn, window] = model
     return _cache[family, attn, window]
+
+
+def save_hybrid_checkpoint(path, head_dim: int = 32) -> str:
+    """A tiny random Nemotron-H checkpoint (Mamba-2, attention, MLP and MoE blocks) with the embedded character
+    tokenizer, saved at ``path``. Its chains break lines (about one token in seven is a newline), so the trainer's
+    selectors have several boundaries to read: every token's embedding carries +1 on dimension 0, which survives the
+    random layers into the final hidden state, and the head reads that dimension into the newline logit. About one
+    chain in three ends (EOS) before 48 tokens, so the overlong penalty tells siblings apart."""
+    from bsb.embedded.tokenizer import char_tokenizer
+
+    tok = char_tokenizer()
+    kwargs = {**CONFIGS["nemotron_h"][1], "vocab_size": len(tok), "head_dim": head_dim, "tie_word_embeddings": False,
+              "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id, "bos_token_id": tok.bos_token_id}
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(transformers.NemotronHConfig(**kwargs))
+    with torch.no_grad():
+        model.get_input_embeddings().weight[:, 0] = 1.0
+        model.lm_head.weight[tok.convert_tokens_to_ids("\n"), 0] = 0.35
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
