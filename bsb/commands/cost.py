@@ -237,25 +237,46 @@ def memory_report(
     from rich.console import Console
     from rich.table import Table
 
-    from bsb.engine.device import memory_plan, model_params
+    from bsb.engine.device import memory_plan, model_params, rollout_architecture, rollout_state_bytes
     from bsb.train.config import TrainConfig
 
     console = console or Console()
     models: dict[tuple[str, float], list[str]] = {}
+    longest: dict[str, int] = {}  # each model's longest chain over its configs (prompt + response)
     for path in _configs(paths):
         cfg = TrainConfig.from_yaml(path)
         models.setdefault((cfg.model, cfg.vllm_gpu_memory_utilization), []).append(str(path))
+        longest[cfg.model] = max(longest.get(cfg.model, 0), cfg.max_prompt_len + cfg.max_response_len)
     title = f"Memory a GPU holds ({gpu_bytes / 1e9:.0f} GB each), GB: FSDP2-sharded trainer, engine"
-    cols = ("model", "configs", "params", "GPUs", "trainer 16P/N", "room (1-util)", "engine 2P", "share", "fits")
+    cols = (
+        "model",
+        "configs",
+        "params",
+        "GPUs",
+        "trainer 16P/N",
+        "room (1-util)",
+        "engine 2P",
+        "share",
+        "fits",
+        "chain state (KV + recurrent)",
+    )
     table = Table(title=title)
     for col in cols:
         table.add_column(col, justify="left" if col in ("model", "fits") else "right")
     rows, lines = [], [f"| {' | '.join(cols)} |", f"|{'---|' * len(cols)}"]
     for (model, util), where in models.items():
         n = params if params is not None else model_params(model)
+        arch = rollout_architecture(model)
+        state = rollout_state_bytes(arch, longest[model]) if arch is not None else None
+        state_cell = (
+            f"{state['total'] / 1e9:.2f} ({state['kv'] / 1e9:.2f} + {state['recurrent'] / 1e9:.2f}) at "
+            f"{longest[model]:,}"
+            if state
+            else "— (no config.json)"
+        )
         for g in gpus:
             plan = memory_plan(n, g, gpu_bytes, util)
-            rows.append({"model": model, "configs": len(where), "params": n, **plan})
+            rows.append({"model": model, "configs": len(where), "params": n, **plan, "chain_state": state})
             cells = [
                 Path(model).name,
                 str(len(where)),
@@ -266,6 +287,7 @@ def memory_report(
                     for k in ("trainer_bytes", "trainer_room", "engine_weight_bytes", "engine_share")
                 ),
                 "yes" if plan["fits"] else "no",
+                state_cell,
             ]
             table.add_row(*cells)
             lines.append(f"| {' | '.join(cells)} |")
@@ -276,6 +298,9 @@ def memory_report(
     console.print(
         "trainer: fp32 weights, gradients and AdamW moments sharded over the GPUs; room: what "
         "vllm_gpu_memory_utilization leaves it. engine: the colocated vLLM engine's bf16 weights (whole on every rank) "
-        "in its share. Lower bounds: activations, the KV cache and one gathered layer come on top."
+        "in its share. Lower bounds: activations, the KV cache and one gathered layer come on top. chain state: what "
+        "the engine keeps for one chain of the configs' longest prompt + response in bf16: keys and values of the "
+        "attention layers (a sliding layer's window only) plus a recurrent layer's fixed Mamba-2 state, from the "
+        "checkpoint's config.json (or the paper model's)."
     )
     return rows

@@ -130,6 +130,84 @@ def model_params(path) -> float:
     )
 
 
+# The rollout-state fields of [Fork]'s models (their config.json files on the hub), for a plan made before the
+# checkpoint is downloaded; a local checkpoint's own config.json is read instead (rollout_architecture).
+KNOWN_ARCHITECTURES = {
+    "Qwen3-4B-Base": dict(model_type="qwen3", num_hidden_layers=36, num_key_value_heads=8, head_dim=128),
+    "Qwen3-8B-Base": dict(model_type="qwen3", num_hidden_layers=36, num_key_value_heads=8, head_dim=128),
+    "Olmo-3-7B-Instruct-SFT": dict(
+        model_type="olmo3",
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        hidden_size=4096,
+        sliding_window=4096,
+    ),
+    "Olmo-3-1025-7B": dict(
+        model_type="olmo3",
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        hidden_size=4096,
+        sliding_window=4096,
+    ),
+    "NVIDIA-Nemotron-Nano-9B-v2-Base": dict(
+        model_type="nemotron_h",
+        hidden_size=4480,
+        num_key_value_heads=8,
+        head_dim=128,
+        mamba_num_heads=128,
+        mamba_head_dim=80,
+        ssm_state_size=128,
+        n_groups=8,
+        conv_kernel=4,
+        hybrid_override_pattern="M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-",
+    ),
+}
+
+
+def rollout_architecture(path):
+    """The config of the model at ``path`` as transformers builds it (its ``layer_types`` resolved): a local
+    checkpoint's config.json, else [Fork]'s model of that name (:data:`KNOWN_ARCHITECTURES`); None when neither."""
+    from transformers import AutoConfig
+
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return AutoConfig.from_pretrained(path)
+    known = KNOWN_ARCHITECTURES.get(path.name)
+    if known is None:
+        return None
+    fields = dict(known)
+    return AutoConfig.for_model(fields.pop("model_type"), **fields)
+
+
+def rollout_state_bytes(config, tokens: int, bytes_per_value: int = 2) -> dict:
+    """What the rollout engine keeps for one chain of ``tokens`` tokens, by layer type (bf16 by default): keys and
+    values for a full-attention layer (2·H_kv·d_head a token), for a sliding layer only its window's, and for a
+    recurrent (Mamba-2) layer its fixed state whatever the length: the SSM state (heads·head_dim·state) and the conv
+    state ((heads·head_dim + 2·groups·state)·(kernel − 1)); MLP and MoE blocks keep nothing. ``{"kv": bytes,
+    "recurrent": bytes, "total": bytes}``."""
+    from bsb.engine.families import layer_kinds
+
+    kinds = layer_kinds(config)
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    per_token = 2 * heads * head_dim * bytes_per_value
+    window = getattr(config, "sliding_window", None) or tokens
+    kv = sum(
+        per_token * (tokens if k == "full_attention" else min(tokens, window))
+        for k in kinds
+        if k in ("full_attention", "sliding_attention")
+    )
+    recurrent = 0
+    if "linear_attention" in kinds:
+        inner = config.mamba_num_heads * config.mamba_head_dim
+        ssm = inner * config.ssm_state_size
+        conv = (inner + 2 * config.n_groups * config.ssm_state_size) * (config.conv_kernel - 1)
+        recurrent = kinds.count("linear_attention") * (ssm + conv) * bytes_per_value
+    return {"kv": kv, "recurrent": recurrent, "total": kv + recurrent}
+
+
 def memory_plan(params: float, world_size: int, gpu_bytes: float, gpu_memory_utilization: float) -> dict:
     """What one GPU of a ``world_size``-rank FSDP2 run holds: the trainer's sharded fp32 state (16·P/N) in the share
     the colocated engine leaves, and the engine's bf16 weights (2·P, whole on every rank) in its own share. Lower
