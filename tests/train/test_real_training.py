@@ -20,8 +20,9 @@ pytestmark = pytest.mark.slow
 def test_a_step_of_training_on_the_real_checkpoint(name, selector, tmp_path):
     problems = problem_file(tmp_path)
     cfg = TrainConfig(model=real_model(name), backend="hf", steps=1, prompts_per_step=2, gen_prompts=2, chains=2,
-                      siblings=1, max_response_len=64, overlong_buffer=8, val_problems=2, val_every=0, save_every=0,
-                      out_dir=str(tmp_path / "run"), task="math", selector=selector, lr=1e-6, dynamic_sampling=False,
+                      siblings=1, max_response_len=64, overlong_buffer=8, val_problems=1, val_samples=1, val_every=0,
+                      save_every=0, out_dir=str(tmp_path / "run"), task="math", selector=selector, lr=1e-6,
+                      dynamic_sampling=False,
                       task_options=dict(train_file=problems, val_file=problems), progress=False, **PROMPTING[name])
     trainer = Trainer(cfg)
     rows = trainer.run()
