@@ -122,7 +122,7 @@ def open_session(
     from bsb.engine.boundaries import newline_token_mask
     from bsb.engine.hf_backend import HFBackend
     from bsb.engine.hf_model import load_for_inference
-    from bsb.tasks.prompting import render_prompt
+    from bsb.tasks.prompting import encode_prompt, render_prompt
     from bsb.tasks.registry import offline_task
 
     floors.check("transformers")
@@ -135,7 +135,7 @@ def open_session(
     check_against_model(cfg, hf.vocab_size, model.config.num_hidden_layers)
     problems = task.sample(n_problems, seed)
     style = (cfg.prompt_format, "{prompt}", cfg.system_prompt, cfg.chat_template_kwargs)
-    prompts = [tok.encode(render_prompt(task, p, tok, *style), add_special_tokens=False) for p in problems]
+    prompts = [encode_prompt(tok, render_prompt(task, p, tok, *style), cfg.prompt_format) for p in problems]
     newline = newline_token_mask(tok, hf.vocab_size)
     return Session(task, path, tok, model, hf, newline, tok.eos_token_id, problems, prompts, cfg)
 

@@ -3,6 +3,11 @@
 ``plain``: ``template.format(prompt=task.format_prompt(problem))``. ``chat``: the tokenizer's chat template over the
 problem's own chat messages (verl rows keep theirs) or a single user turn holding the plain text, with the
 generation prompt appended. The tokenizer is any object with ``apply_chat_template`` and ``chat_template``.
+
+:func:`encode_prompt` turns that text into the ids the model was trained to see: a plain prompt gets the tokenizer's
+BOS once where the tokenizer's own settings put one before every input (Gemma, Llama and Mistral base models,
+Nemotron-H), never an EOS; a chat prompt is encoded as rendered, as transformers' ``apply_chat_template`` encodes it
+(a template that wants a BOS writes it, so it is never doubled).
 """
 
 from __future__ import annotations
@@ -50,3 +55,25 @@ def check_prompt_options(prompt_format: str, system_prompt: str | None, chat_tem
         raise ValueError(f"chat_template_kwargs must be a mapping, got {type(chat_template_kwargs).__name__}")
     if prompt_format != "chat" and (system_prompt is not None or chat_template_kwargs):
         raise ValueError("system_prompt and chat_template_kwargs go through the chat template: set prompt_format=chat")
+
+
+def adds_bos(tokenizer) -> bool:
+    """Whether the tokenizer's own settings put its BOS before every input (its post-processor or ``add_bos_token``):
+    read from what it does, not from a flag, since a converted tokenizer may carry its template without the flag."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return False
+    probe = "a"
+    with_specials = tokenizer.encode(probe, add_special_tokens=True)
+    return with_specials[:1] == [bos] and tokenizer.encode(probe, add_special_tokens=False)[:1] != [bos]
+
+
+def encode_prompt(tokenizer, text: str, prompt_format: str = "plain") -> list[int]:
+    """The ids of a rendered prompt (:func:`render_prompt`): for ``plain`` text the tokenizer's BOS exactly once where
+    :func:`adds_bos` (never an EOS); for ``chat`` text the tokens as the template wrote them."""
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {prompt_format!r}")
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if prompt_format == "plain" and adds_bos(tokenizer) and ids[:1] != [tokenizer.bos_token_id]:
+        ids = [tokenizer.bos_token_id, *ids]
+    return ids

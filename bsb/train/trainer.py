@@ -41,7 +41,7 @@ from bsb.engine.probe import SelectorConfig, answer_tokens, check_against_model,
 from bsb.engine.reader import bind_reader
 from bsb.engine.selectors import make_selector
 from bsb.tasks.base import Problem
-from bsb.tasks.prompting import render_prompt
+from bsb.tasks.prompting import encode_prompt, render_prompt
 from bsb.tasks.registry import make_task
 from bsb.train import phases
 from bsb.train.config import TrainConfig
@@ -169,7 +169,7 @@ class Trainer:
         )
 
     def _encode(self, problem: Problem) -> list[int]:
-        ids = self.tok.encode(self._render(problem), add_special_tokens=False)
+        ids = encode_prompt(self.tok, self._render(problem), self.cfg.prompt_format)
         if not ids or len(ids) > self.cfg.max_prompt_len:
             raise ValueError(
                 f"a prompt of {len(ids)} tokens does not fit max_prompt_len={self.cfg.max_prompt_len}: "

@@ -50,3 +50,19 @@ def test_validate_and_demo_on_a_real_checkpoint_and_a_problem_file(tmp_path):
     print(f"{name} validate: {table.splitlines()[0]}")
     demo = run_demo(DemoConfig(n_problems=2, n_mc=2, max_response=96, out=str(tmp_path / "demo.png"), **common))
     assert (tmp_path / "demo.png").exists() and demo
+
+
+def test_a_base_models_plain_prompt_starts_with_one_bos_in_train_and_the_offline_commands(tmp_path):
+    """Gemma 3 base puts <bos> before every input: bsb train's prompts and those of validate, evaluate and demo (all
+    three encode through open_session) start with exactly one."""
+    from bsb.eval.session import open_session
+
+    name, problems = "gemma3-270m", problem_file(tmp_path)
+    cfg = TrainConfig(model=real_model(name), backend="hf", steps=1, task="math", out_dir=str(tmp_path / "run"),
+                      task_options=dict(train_file=problems, val_file=problems), progress=False, **PROMPTING[name])
+    trainer = Trainer(cfg)
+    bos = trainer.tok.bos_token_id
+    train_ids = [trainer._encode(p) for p in trainer.val_problems]
+    session = open_session(ValidateConfig(model=real_model(name), problems=problems, task="math"), 3, 0)
+    for ids in train_ids + session.prompts:
+        assert ids[0] == bos and ids.count(bos) == 1
