@@ -40,6 +40,17 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("vllm") is not None)
 
 
+@pytest.fixture
+def run_dir(tmp_path):
+    """A run folder for a test that trains a real checkpoint, removed when the test ends: a Gemma-3-270M run leaves
+    about 4 GB (its final weights, a checkpoint with AdamW state), and pytest keeps its last three sessions' folders."""
+    import shutil
+
+    out = tmp_path / "run"
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory):
     """A tiny Qwen3 checkpoint on disk (tests/support/tiny_checkpoint.py), shared by the session's vLLM tests."""

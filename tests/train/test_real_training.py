@@ -17,11 +17,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("selector", ["probe_js", "lens_shift", "entropy", "midpoint"])
 @pytest.mark.parametrize("name", REAL)
-def test_a_step_of_training_on_the_real_checkpoint(name, selector, tmp_path):
+def test_a_step_of_training_on_the_real_checkpoint(name, selector, tmp_path, run_dir):
     problems = problem_file(tmp_path)
     cfg = TrainConfig(model=real_model(name), backend="hf", steps=1, prompts_per_step=2, gen_prompts=2, chains=2,
                       siblings=1, max_response_len=64, overlong_buffer=8, val_problems=1, val_samples=1, val_every=0,
-                      save_every=0, out_dir=str(tmp_path / "run"), task="math", selector=selector, lr=1e-6,
+                      save_every=0, out_dir=str(run_dir), task="math", selector=selector, lr=1e-6,
                       dynamic_sampling=False,
                       task_options=dict(train_file=problems, val_file=problems), progress=False, **PROMPTING[name])
     trainer = Trainer(cfg)
@@ -35,7 +35,7 @@ def test_a_step_of_training_on_the_real_checkpoint(name, selector, tmp_path):
     print(f"{name} {selector}: " + json.dumps({k: step.get(k) for k in (
         "time_step", "time_generate", "time_select", "time_update", "probe_frac", "probe_tokens", "probe_tokens_floor",
         "fallbacks", "accuracy", "verdict_no_answer")}))
-    metrics = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    metrics = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert len(metrics) == len(rows)
 
 
@@ -52,13 +52,13 @@ def test_validate_and_demo_on_a_real_checkpoint_and_a_problem_file(tmp_path):
     assert (tmp_path / "demo.png").exists() and demo
 
 
-def test_a_base_models_plain_prompt_starts_with_one_bos_in_train_and_the_offline_commands(tmp_path):
+def test_a_base_models_plain_prompt_starts_with_one_bos_in_train_and_the_offline_commands(tmp_path, run_dir):
     """Gemma 3 base puts <bos> before every input: bsb train's prompts and those of validate, evaluate and demo (all
     three encode through open_session) start with exactly one."""
     from bsb.eval.session import open_session
 
     name, problems = "gemma3-270m", problem_file(tmp_path)
-    cfg = TrainConfig(model=real_model(name), backend="hf", steps=1, task="math", out_dir=str(tmp_path / "run"),
+    cfg = TrainConfig(model=real_model(name), backend="hf", steps=1, task="math", out_dir=str(run_dir),
                       task_options=dict(train_file=problems, val_file=problems), progress=False, **PROMPTING[name])
     trainer = Trainer(cfg)
     bos = trainer.tok.bos_token_id

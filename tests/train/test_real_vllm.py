@@ -40,11 +40,11 @@ if __name__ == "__main__":
 
 
 @pytest.mark.parametrize("name", REAL)
-def test_vllm_reads_equal_hf_reads_and_a_step_trains_with_vllm_rollouts(name, tmp_path):
+def test_vllm_reads_equal_hf_reads_and_a_step_trains_with_vllm_rollouts(name, tmp_path, run_dir):
     problems = problem_file(tmp_path)
     cfg = dict(model=real_model(name), backend="vllm", probe_reader="engine", steps=1, prompts_per_step=2,
                gen_prompts=2, chains=2, siblings=1, max_response_len=64, overlong_buffer=8, val_problems=1, val_samples=1,
-               val_every=0, save_every=0, out_dir=str(tmp_path / "run"), task="math", selector="probe_js", lr=1e-6,
+               val_every=0, save_every=0, out_dir=str(run_dir), task="math", selector="probe_js", lr=1e-6,
                dynamic_sampling=False, task_options=dict(train_file=problems, val_file=problems), progress=False,
                **PROMPTING[name])
     script = tmp_path / "run_real_vllm.py"
