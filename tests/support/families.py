@@ -61,10 +61,10 @@ def tiny_model(family: str, attn: str = "sdpa", window: bool = True):
 
 def save_hybrid_checkpoint(path, head_dim: int = 32) -> str:
     """A tiny random Nemotron-H checkpoint (Mamba-2, attention, MLP and MoE blocks) with the embedded character
-    tokenizer, saved at ``path``. Its chains break lines (about one token in seven is a newline), so the trainer's
+    tokenizer, saved at ``path``. Its chains break lines often, so the trainer's
     selectors have several boundaries to read: every token's embedding carries +1 on dimension 0, which survives the
-    random layers into the final hidden state, and the head reads that dimension into the newline logit. About one
-    chain in three ends (EOS) before 48 tokens, so the overlong penalty tells siblings apart."""
+    random layers into the final hidden state, and the head reads that dimension into the newline logit. Some chains
+    end (EOS) before 48 tokens, so the overlong penalty tells siblings apart."""
     from bsb.embedded.tokenizer import char_tokenizer
 
     tok = char_tokenizer()
