@@ -34,7 +34,7 @@ def add_flags(parser: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) 
         meta = f.metadata
         if "help" not in meta or not meta.get("cli", True) or f.name in skip:
             continue
-        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        default = _default(f)
         hint, origin = _base(hints[f.name]), typing.get_origin(_base(hints[f.name]))
         kw: dict = {"help": meta["help"], "dest": f.name}
         if meta.get("choices"):
@@ -64,6 +64,10 @@ def command_parser(sub, name: str, help: str, cls, skip: tuple[str, ...] = ()) -
     return parser
 
 
+def _default(f: dataclasses.Field):
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
 def from_args(cls, args: argparse.Namespace, parser: argparse.ArgumentParser, **values):
     """The ``cls`` config of parsed ``args`` (``values`` override them); a bad value is ``parser.error``'s one line."""
     from bsb.train.config import parse_overrides
@@ -77,7 +81,7 @@ def from_args(cls, args: argparse.Namespace, parser: argparse.ArgumentParser, **
         hint = _base(hints[f.name])
         if hint is dict or typing.get_origin(hint) is dict:
             try:
-                value = parse_overrides(value) if value else None
+                value = parse_overrides(value) if value else _default(f)
             except ValueError as err:
                 parser.error(str(err))
         elif typing.get_origin(hint) is tuple and value is not None:

@@ -14,16 +14,17 @@ from typing import Any
 from bsb.engine.probe import ProbeConfig, answer_ids, check_against_model, resolve
 from bsb.fields import check_values
 from bsb.fields import help_field as _f
-from bsb.tasks.prompting import PROMPT_FORMATS, check_prompt_options
+from bsb.tasks.prompting import PromptConfig
 
 JUDGE = ("judge_url", "judge_model", "judge_endpoint", "judge_key_env", "judge_template", "judge_timeout_s")
 
 
 @dataclass
-class OfflineConfig(ProbeConfig):
+class OfflineConfig(ProbeConfig, PromptConfig):
     """What every offline command is given: the probe and candidate options of
-    :class:`~bsb.engine.probe.ProbeConfig` (inherited, flat: ``--top-k``, ``--lens-layers``, ...) and the fields
-    below. Invalid values are one ``ValueError``, before anything loads."""
+    :class:`~bsb.engine.probe.ProbeConfig` (inherited, flat: ``--top-k``, ``--lens-layers``, ...), the prompt options
+    of :class:`~bsb.tasks.prompting.PromptConfig` (``--prompt-format``, ``--prompt-template``, ..., as ``bsb train``
+    has them) and the fields below. Invalid values are one ``ValueError``, before anything loads."""
 
     model: str = _f(
         "embedded", "a local Hugging Face model directory (default: the task's embedded tiny model)", positional=True
@@ -39,11 +40,6 @@ class OfflineConfig(ProbeConfig):
     task_options: dict | None = _f(
         None, "task options, e.g. --task-option ops=[2,3] gate_chars=30", flag="--task-option"
     )
-    prompt_format: str = _f("plain", "plain text, or the tokenizer's chat template", choices=PROMPT_FORMATS)
-    system_prompt: str | None = _f(None, "a system turn before each prompt (--prompt-format chat)")
-    chat_template_kwargs: dict | None = _f(
-        None, "variables the chat template reads, e.g. enable_thinking=false", flag="--chat-template-kwarg"
-    )
     device: str = _f("auto", "auto (CUDA when present) | cpu | cuda | cuda:N")
     dtype: str = _f("auto", "auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32")
     judge_url: str | None = _f(
@@ -58,7 +54,7 @@ class OfflineConfig(ProbeConfig):
 
     def __post_init__(self):
         check_values(self)  # every field's facts, a subclass's too
-        problems = self.probe_problems()
+        problems = self.probe_problems() + self.prompt_problems()
         if problems:
             raise ValueError(f"invalid config: {'; '.join(problems)}")
         if self.judge_url is not None and not self.judge_model:
@@ -66,7 +62,6 @@ class OfflineConfig(ProbeConfig):
                 "--judge-url needs --judge-model (the model name at that endpoint, or a local checkpoint with "
                 "--judge-url local)"
             )
-        check_prompt_options(self.prompt_format, self.system_prompt, self.chat_template_kwargs)
 
 
 @dataclass
@@ -112,9 +107,10 @@ def open_session(
 ) -> Session:
     """The task (``task`` when given, else ``cfg.task`` with ``task_options``, default ``cfg.task_options``), the
     checkpoint (``path``, else ``cfg.model`` resolved against the task), its tokenizer and model on ``cfg.device`` /
-    ``cfg.dtype``, the HF backend, the newline mask, and ``n_problems`` of the task's sample for ``seed`` rendered in
-    ``cfg.prompt_format``. ``cfg``'s ``top_k`` and ``lens_layers`` are checked against the model as soon as it is
-    loaded (one ``ValueError`` before any problem is drawn)."""
+    ``cfg.dtype``, the HF backend, the newline mask, and ``n_problems`` of the task's sample for ``seed`` encoded by
+    ``cfg``'s prompt options (:meth:`~bsb.tasks.prompting.PromptConfig.encode`, as ``bsb train`` encodes them).
+    ``cfg``'s ``top_k`` and ``lens_layers`` are checked against the model as soon as it is loaded (one ``ValueError``
+    before any problem is drawn)."""
     import transformers
 
     from bsb import floors
@@ -122,7 +118,6 @@ def open_session(
     from bsb.engine.boundaries import newline_token_mask
     from bsb.engine.hf_backend import HFBackend
     from bsb.engine.hf_model import load_for_inference
-    from bsb.tasks.prompting import encode_prompt, render_prompt
     from bsb.tasks.registry import offline_task
 
     floors.check("transformers")
@@ -134,8 +129,7 @@ def open_session(
     hf = HFBackend(model, tok)
     check_against_model(cfg, hf.vocab_size, model.config.num_hidden_layers)
     problems = task.sample(n_problems, seed)
-    style = (cfg.prompt_format, "{prompt}", cfg.system_prompt, cfg.chat_template_kwargs)
-    prompts = [encode_prompt(tok, render_prompt(task, p, tok, *style), cfg.prompt_format) for p in problems]
+    prompts = [cfg.encode(task, p, tok) for p in problems]
     newline = newline_token_mask(tok, hf.vocab_size)
     return Session(task, path, tok, model, hf, newline, tok.eos_token_id, problems, prompts, cfg)
 

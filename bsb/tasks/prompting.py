@@ -12,9 +12,87 @@ Nemotron-H), never an EOS; a chat prompt is encoded as rendered, as transformers
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from bsb.fields import help_field
 from bsb.tasks.base import Problem
 
 PROMPT_FORMATS = ("plain", "chat")
+
+
+@dataclass
+class PromptConfig:
+    """How a problem becomes the model's input, declared once for every command that encodes a prompt (``bsb train``,
+    ``validate``, ``evaluate``, ``demo``, ``data``): the same fields, defaults and errors everywhere. Inherited flat,
+    as :class:`~bsb.engine.probe.ProbeConfig` is (``--prompt-template`` on the offline commands, ``--set
+    prompt_template=...`` on ``bsb train``)."""
+
+    prompt_format: str = help_field(
+        "plain",
+        "plain (base models: the prompt text, with the tokenizer's BOS where it adds one) | chat (the tokenizer's "
+        "chat template; verl rows keep their messages)",
+        choices=PROMPT_FORMATS,
+        evaluation=True,
+    )
+    prompt_template: str = help_field(
+        "{prompt}",
+        "how the task's prompt text becomes the model's input ({prompt} is replaced; {{ and }} are literal braces), "
+        "e.g. 'Question: {prompt}\\nPut the final answer in \\boxed{{}}.'",
+        evaluation=True,
+    )
+    system_prompt: str | None = help_field(
+        None, "a system turn before each prompt (prompt_format chat)", evaluation=True
+    )
+    chat_template_kwargs: dict = help_field(
+        {},
+        "variables the chat template reads, e.g. enable_thinking=false for Qwen3 (prompt_format chat)",
+        flag="--chat-template-kwarg",
+        evaluation=True,
+    )
+
+    def prompt_problems(self) -> list[str]:
+        """Every invalid prompt option, one message each (empty: valid); checked before any model loads."""
+        out = []
+        try:
+            check_prompt_options(self.prompt_format, self.system_prompt, self.chat_template_kwargs)
+        except ValueError as err:
+            out.append(str(err))
+        out.extend(template_problems(self.prompt_template))
+        return out
+
+    def render(self, task, problem: Problem, tokenizer=None) -> str:
+        """The model's input text for ``problem`` (:func:`render_prompt` with these options)."""
+        return render_prompt(
+            task,
+            problem,
+            tokenizer,
+            self.prompt_format,
+            self.prompt_template,
+            self.system_prompt,
+            self.chat_template_kwargs,
+        )
+
+    def encode(self, task, problem: Problem, tokenizer) -> list[int]:
+        """The ids the model sees for ``problem`` (:func:`encode_prompt` of :meth:`render`)."""
+        return encode_prompt(tokenizer, self.render(task, problem, tokenizer), self.prompt_format)
+
+
+def template_problems(template) -> list[str]:
+    """What is wrong with a prompt template (empty: nothing): it must be text holding ``{prompt}``, and every other
+    brace must be doubled (``str.format`` would otherwise fail on the first problem, after the model loaded)."""
+    if not isinstance(template, str):
+        return [f"prompt_template must be text, got {type(template).__name__}"]
+    if "{prompt}" not in template:
+        return ["prompt_template must contain {prompt}"]
+    try:
+        template.format(prompt="")
+    except (KeyError, IndexError, ValueError, AttributeError) as err:
+        why = f"it names {{{err.args[0]}}}" if isinstance(err, KeyError) else str(err)
+        return [
+            f"prompt_template {template[:80]!r} does not format ({why}): only {{prompt}} is replaced; "
+            "write {{ and }} for a literal brace"
+        ]
+    return []
 
 
 def render_prompt(

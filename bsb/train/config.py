@@ -22,7 +22,7 @@ from bsb.engine.selectors import SELECTORS
 from bsb.fields import check_values, named
 from bsb.fields import help_field as _f
 from bsb.registry import import_plugins
-from bsb.tasks.prompting import check_prompt_options
+from bsb.tasks.prompting import PromptConfig
 from bsb.train.advantages import ADVANTAGES, GRPO_STDS
 from bsb.train.loss import LOSS_AGGS, LOSSES
 from bsb.train.samplers import EARLY_EOS_RULES
@@ -30,9 +30,9 @@ from bsb.train.trackers import tracker_names, tracker_problems
 
 
 @dataclass
-class TrainConfig(ProbeConfig):
-    """``bsb train``'s options: the probe and candidate options of :class:`~bsb.engine.probe.ProbeConfig` (inherited,
-    flat) and the fields below."""
+class TrainConfig(ProbeConfig, PromptConfig):
+    """``bsb train``'s options: the probe and candidate options of :class:`~bsb.engine.probe.ProbeConfig` and the
+    prompt options of :class:`~bsb.tasks.prompting.PromptConfig` (both inherited, flat) and the fields below."""
 
     # --- model and task
     model: str = _f(
@@ -52,21 +52,6 @@ class TrainConfig(ProbeConfig):
         {},
         "the task's options, e.g. {ops: [14, 16]} for walk, {train_file: a.jsonl, "
         "val_file: b.jsonl, gate_chars: 30} for math; set one with --set task_options.NAME=VALUE",
-    )
-    prompt_format: str = _f(
-        "plain",
-        "plain (base models: the prompt text) | chat (the tokenizer's chat template; verl rows keep "
-        "their messages); config.yaml records a rendered example",
-        evaluation=True,
-    )
-    prompt_template: str = _f(
-        "{prompt}", "how the task's prompt text becomes the model's input ({prompt} is replaced)", evaluation=True
-    )
-    system_prompt: str | None = _f(None, "a system turn before each prompt (prompt_format=chat)", evaluation=True)
-    chat_template_kwargs: dict = _f(
-        {},
-        "variables the chat template reads, e.g. {enable_thinking: false} for Qwen3 (prompt_format=chat)",
-        evaluation=True,
     )
     val_problems: int = _f(
         128,
@@ -308,13 +293,12 @@ class TrainConfig(ProbeConfig):
         if not (isinstance(self.task, str) and self.task):
             yield "task must name a task (walk, arith, code, math, or package.module:Class)"
         looked_up = (unknown_selector, _lookup(ADVANTAGES, self.advantage)[1], _lookup(LOSSES, self.loss)[1])
-        yield from (why for why in (*looked_up, _prompt_problem(self)) if why)
+        yield from (why for why in looked_up if why)
+        yield from self.prompt_problems()
         if selector is not None and not selector.trainable:
             yield f"the {self.selector} selector cannot choose RL forks: {selector.untrainable}"
         yield from self.probe_problems()
         yield from tracker_problems(self.report_to)
-        if "{prompt}" not in self.prompt_template:
-            yield "prompt_template must contain {prompt}"
         if self.gen_prompts < self.prompts_per_step:
             yield f"gen_prompts ({self.gen_prompts}) must be >= prompts_per_step ({self.prompts_per_step})"
         if self.unit_question_grad and self.minibatches != 1:
@@ -425,12 +409,15 @@ def _lookup(registry, name):
 
 
 def _fields() -> list[dataclasses.Field]:
-    """TrainConfig's fields in the order a reader expects (model and task first, the probe options beside the
-    selector), not the dataclass order (inherited ProbeConfig fields first)."""
-    probe = [f for f in dataclasses.fields(ProbeConfig)]
-    own = [f for f in dataclasses.fields(TrainConfig) if f.name not in {p.name for p in probe}]
+    """TrainConfig's fields in the order a reader expects (model and task first, the prompt options after the task's,
+    the probe options beside the selector), not the dataclass order (inherited fields first)."""
+    probe, prompt = dataclasses.fields(ProbeConfig), dataclasses.fields(PromptConfig)
+    inherited = {f.name for f in (*probe, *prompt)}
+    own = [f for f in dataclasses.fields(TrainConfig) if f.name not in inherited]
+    at = next(i for i, f in enumerate(own) if f.name == "task_options") + 1
+    own = own[:at] + list(prompt) + own[at:]
     at = next(i for i, f in enumerate(own) if f.name == "selector") + 1
-    return own[:at] + probe + own[at:]
+    return own[:at] + list(probe) + own[at:]
 
 
 def _coerce(name: str, hint, value):
@@ -470,15 +457,6 @@ def _coerce(name: str, hint, value):
             f"invalid config: {name} expects {getattr(target, '__name__', target)}, got {value!r}"
         ) from None
     return value
-
-
-def _prompt_problem(cfg) -> str:
-    """What is wrong with the config's prompt options ('' when they are valid)."""
-    try:
-        check_prompt_options(cfg.prompt_format, cfg.system_prompt, cfg.chat_template_kwargs)
-    except ValueError as err:
-        return str(err)
-    return ""
 
 
 def parse_overrides(pairs: list[str], base: dict | None = None) -> dict:

@@ -41,7 +41,6 @@ from bsb.engine.probe import SelectorConfig, answer_tokens, check_against_model,
 from bsb.engine.reader import bind_reader
 from bsb.engine.selectors import make_selector
 from bsb.tasks.base import Problem
-from bsb.tasks.prompting import encode_prompt, render_prompt
 from bsb.tasks.registry import make_task
 from bsb.train import phases
 from bsb.train.config import TrainConfig
@@ -86,7 +85,9 @@ class Trainer:
         plain_ckpt = state is not None and not self.folder.sharded
         load_from = self.folder.ckpt / "model" if plain_ckpt else self.model_path
         self.tok = transformers.AutoTokenizer.from_pretrained(self.model_path)
-        self._render(self.val_problems[0])  # a prompt format the tokenizer cannot render fails before the model loads
+        self.cfg.render(
+            self.task, self.val_problems[0], self.tok
+        )  # a prompt format the tokenizer cannot render fails before the model loads
         torch.manual_seed(cfg.seed)
         self.placement = place_policy(load_from, self.world, self.device, self.dtype, cfg)
         self.policy = self.placement.model
@@ -162,14 +163,8 @@ class Trainer:
             log_file=self.out / "vllm.log",  # not under the progress bar (VLLM_LOGGING_LEVEL brings it back)
         )
 
-    def _render(self, problem: Problem) -> str:
-        c = self.cfg
-        return render_prompt(
-            self.task, problem, self.tok, c.prompt_format, c.prompt_template, c.system_prompt, c.chat_template_kwargs
-        )
-
     def _encode(self, problem: Problem) -> list[int]:
-        ids = encode_prompt(self.tok, self._render(problem), self.cfg.prompt_format)
+        ids = self.cfg.encode(self.task, problem, self.tok)
         if not ids or len(ids) > self.cfg.max_prompt_len:
             raise ValueError(
                 f"a prompt of {len(ids)} tokens does not fit max_prompt_len={self.cfg.max_prompt_len}: "
@@ -294,7 +289,7 @@ class Trainer:
         from tqdm import tqdm
 
         cfg = self.cfg
-        self.folder.begin(cfg, self._render(self.val_problems[0]), self.step)
+        self.folder.begin(cfg, self.cfg.render(self.task, self.val_problems[0], self.tok), self.step)
         rows = []
         if self.step == 0:
             rows.append({"step": 0, **self.validate()})

@@ -3,6 +3,8 @@ its own settings put one before every input, never an EOS; a chat prompt as its 
 no BOS for a tokenizer that has none or adds none. On the real tokenizers too: Gemma 3 adds BOS, SmolLM2 does not
 (slow: ``make models``)."""
 
+import re
+
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
@@ -67,3 +69,46 @@ def test_the_real_tokenizers(name, adds):
     ids = encode_prompt(tok, "Question: What is 2 + 3?\n")
     assert ids[:1] == ([tok.bos_token_id] if adds else ids[:1]) and ids.count(tok.bos_token_id or -1) == int(adds)
     assert tok.eos_token_id not in ids
+
+
+BAD_OPTIONS = [
+    (dict(prompt_template="Q: {question} {prompt}"), "does not format (it names {question})"),
+    (dict(prompt_template="Q:"), "must contain {prompt}"),
+    (dict(prompt_template="{prompt} \\boxed{}"), "write {{ and }} for a literal brace"),
+    (dict(prompt_format="markdown"), "markdown"),
+    (dict(system_prompt="Be brief."), "set prompt_format=chat"),
+]
+
+
+@pytest.mark.parametrize("options,message", BAD_OPTIONS)
+def test_every_command_declares_the_prompt_options_once_with_the_same_errors(options, message):
+    """bsb train, validate, evaluate, demo and data share one declaration (PromptConfig): the same fields and
+    defaults, and a bad value is the same one error before anything loads."""
+    import dataclasses
+
+    from bsb.commands.data import DataConfig
+    from bsb.commands.demo import DemoConfig
+    from bsb.commands.evaluate import EvaluateConfig
+    from bsb.commands.validate import ValidateConfig
+    from bsb.tasks.prompting import PromptConfig
+    from bsb.train.config import TrainConfig
+
+    declared = {f.name: f for f in dataclasses.fields(PromptConfig)}
+    for cls in (TrainConfig, ValidateConfig, EvaluateConfig, DemoConfig, DataConfig):
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        assert all(fields[n] is f or fields[n].metadata is f.metadata for n, f in declared.items()), cls.__name__
+        extra = dict(file="x.jsonl") if cls is DataConfig else {}
+        with pytest.raises(ValueError, match=re.escape(message)):
+            cls(**options, **extra)
+
+
+def test_a_template_renders_the_same_text_for_every_command():
+    from bsb.tasks.base import Problem
+    from bsb.tasks.prompting import PromptConfig
+
+    class Task:
+        def format_prompt(self, problem):
+            return problem.prompt
+
+    cfg = PromptConfig(prompt_template="Question: {prompt}\nPut the answer in \\boxed{{}}.")
+    assert cfg.render(Task(), Problem("p0", "2 + 3?", "5")) == "Question: 2 + 3?\nPut the answer in \\boxed{}."

@@ -3,6 +3,7 @@ family of the paper trains a step on both models with the HF backend, through ea
 chat template; Gemma 3 base as plain text), on a small math problem file. A missing checkpoint fails, never skips."""
 
 import json
+from pathlib import Path
 
 import pytest
 from real_models import PROMPTING, REAL, problem_file, real_model
@@ -52,17 +53,50 @@ def test_validate_and_demo_on_a_real_checkpoint_and_a_problem_file(tmp_path):
     assert (tmp_path / "demo.png").exists() and demo
 
 
-def test_a_base_models_plain_prompt_starts_with_one_bos_in_train_and_the_offline_commands(tmp_path, run_dir):
-    """Gemma 3 base puts <bos> before every input: bsb train's prompts and those of validate, evaluate and demo (all
-    three encode through open_session) start with exactly one."""
+# Gemma 3's own chat template (the instruct model's, simplified): it writes <bos> itself
+GEMMA_CHAT = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else "
+              "m['role'] }}\n{{ m['content'] | trim }}<end_of_turn>\n{% endfor %}"
+              "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
+
+def _with_chat_template(model: str, folder) -> str:
+    """The checkpoint at ``model`` with Gemma's chat template on its tokenizer (the base model ships none)."""
+    import transformers
+
+    out = folder / "gemma-chat"
+    out.mkdir()
+    for f in Path(model).iterdir():
+        if not f.name.startswith("tokenizer"):
+            (out / f.name).symlink_to(f)
+    tok = transformers.AutoTokenizer.from_pretrained(model)
+    tok.chat_template = GEMMA_CHAT
+    tok.save_pretrained(out)
+    return str(out)
+
+
+@pytest.mark.parametrize("fmt", ["plain", "chat"])
+def test_a_base_models_prompt_has_one_bos_and_the_ids_of_train_in_every_offline_command(fmt, tmp_path, run_dir):
+    """Gemma 3 base puts <bos> before every input: a plain prompt gets exactly one, a chat prompt whose template writes
+    it gets no second; and validate, evaluate and demo (each through open_session) encode every problem to the ids
+    bsb train gives it under the same prompt options, the template included."""
+    from bsb.commands.evaluate import EvaluateConfig
     from bsb.eval.session import open_session
 
     name, problems = "gemma3-270m", problem_file(tmp_path)
-    cfg = TrainConfig(model=real_model(name), backend="hf", steps=1, task="math", out_dir=str(run_dir),
-                      task_options=dict(train_file=problems, val_file=problems), progress=False, **PROMPTING[name])
+    model = real_model(name)
+    prompting = PROMPTING[name] if fmt == "plain" else dict(prompt_format="chat", prompt_template="{prompt}\nAnswer "
+                                                            "step by step.", system_prompt="Be brief.")
+    if fmt == "chat":
+        model = _with_chat_template(model, tmp_path)
+    cfg = TrainConfig(model=model, backend="hf", steps=1, task="math", out_dir=str(run_dir),
+                      task_options=dict(train_file=problems, val_file=problems), progress=False, **prompting)
     trainer = Trainer(cfg)
     bos = trainer.tok.bos_token_id
-    train_ids = [trainer._encode(p) for p in trainer.val_problems]
-    session = open_session(ValidateConfig(model=real_model(name), problems=problems, task="math"), 3, 0)
-    for ids in train_ids + session.prompts:
-        assert ids[0] == bos and ids.count(bos) == 1
+    for cls in (ValidateConfig, EvaluateConfig, DemoConfig):
+        session = open_session(cls(model=model, problems=problems, task="math", **prompting), 3, 0)
+        assert session.prompts == [trainer._encode(p) for p in session.problems], cls.__name__
+        for ids in session.prompts:
+            assert ids[0] == bos and ids.count(bos) == 1
+        text = trainer.tok.decode(session.prompts[0])
+        assert "Answer step by step." in text and (fmt == "plain") == ("<start_of_turn>" not in text)
+        assert (fmt == "chat") == ("Be brief." in text)

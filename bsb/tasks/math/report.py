@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 from bsb.tasks.math.task import MathTask
-from bsb.tasks.prompting import render_prompt
+from bsb.tasks.prompting import PromptConfig, adds_bos
 
 
 def data_report(
@@ -17,7 +17,7 @@ def data_report(
     format: str | None = None,
     rows: int = 3,
     tokenizer=None,
-    prompt_format: str = "plain",
+    prompt: PromptConfig | None = None,
     choice_seed: int = 0,
     console=None,
 ) -> dict:
@@ -25,6 +25,7 @@ def data_report(
     from rich.panel import Panel
 
     console = console or Console()
+    prompt = prompt or PromptConfig()
     task = MathTask(val_file=path, format=format, choice_seed=choice_seed)
     problems = task.val
     conventions = Counter(p.meta.get("convention", "boxed") for p in problems)
@@ -35,17 +36,23 @@ def data_report(
     console.print(
         f"answer convention: {', '.join(f'{c} ({n})' for c, n in conventions.items())}; "
         f"probe suffix {task.probe_suffix!r}; "
-        f"prompt format: {prompt_format}"
+        f"prompt format: {prompt.prompt_format}"
+        + (f", template {prompt.prompt_template!r}" if prompt.prompt_template != "{prompt}" else "")
+        + (f"; the tokenizer's BOS {tokenizer.bos_token!r} opens each plain prompt" if _bos(tokenizer, prompt) else "")
     )
     shown = []
     for p in problems[:rows]:
-        prompt = render_prompt(task, p, tokenizer, prompt_format)
+        text = prompt.render(task, p, tokenizer)
         answers = p.meta.get("answers", [p.answer])
         how = "all of" if p.meta.get("match") == "all" else ("any of" if len(answers) > 1 else "")
-        console.print(Panel(prompt, title=f"{p.id}: the prompt as the model sees it", title_align="left"))
+        console.print(Panel(text, title=f"{p.id}: the prompt as the model sees it", title_align="left"))
         console.print(
             f"  gold: {how + ' ' if how else ''}{' | '.join(map(str, answers))}   "
             f"convention: {p.meta.get('convention', 'boxed')}"
         )
-        shown.append({"id": p.id, "prompt": prompt, "gold": p.answer, "answers": answers})
+        shown.append({"id": p.id, "prompt": text, "gold": p.answer, "answers": answers})
     return {"schema": task.val_set.schema, "rows": len(problems), "conventions": dict(conventions), "shown": shown}
+
+
+def _bos(tokenizer, prompt: PromptConfig) -> bool:
+    return tokenizer is not None and prompt.prompt_format == "plain" and adds_bos(tokenizer)
