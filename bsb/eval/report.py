@@ -27,6 +27,7 @@ STATS = (
     ("val_accuracy", "held-out accuracy"),
     ("reward_mean", "reward (training leaves)"),
     ("accuracy", "accuracy (training leaves)"),
+    ("no_answer_rate", "responses with no answer the task reads"),
     ("fork_yield", "fork yield"),
     ("fork_yield_reward", "fork yield by reward"),
     ("fork_yield_low", "fork yield, low score tercile"),

@@ -16,7 +16,9 @@ Optional hooks, declared here with their defaults (a task overrides what it supp
 * :attr:`Task.embedded_model`: which embedded default ``model: embedded`` resolves to (``walk``, ``arith``, ``code``;
   None: the arithmetic model);
 * :meth:`Task.bsv_examples`: BSV's fitting drafts (§3.4), or None when the task drafts none;
-* :meth:`Task.parse_answer`: a gold answer stored elsewhere (a verl row's ground truth) as the task's answer.
+* :meth:`Task.parse_answer`: a gold answer stored elsewhere (a verl row's ground truth) as the task's answer;
+* :meth:`Task.answer_format`: an instruction asking for the answer the verifier reads (the trainer names it when
+  nearly every response holds none: a verdict reason in :data:`NO_ANSWER_REASONS`).
 
 Subclass :class:`Task` (its options are the keyword arguments of ``__init__``), or write any class with the same
 attributes; :func:`bsb.tasks.registry.make_task` checks either before a model is loaded. Generated tasks subclass
@@ -36,7 +38,9 @@ from typing import Any, ClassVar
 METHODS = ("held_out", "draw", "sample", "format_prompt", "answer_span", "verify", "gold_continuation")
 ATTRIBUTES = ("name", "probe_suffix", "read_len")
 # The optional hooks, with the defaults :class:`Task` gives them (a class that does not subclass Task gets these).
-HOOKS = ("embedded_model", "bsv_examples", "parse_answer")
+HOOKS = ("embedded_model", "bsv_examples", "parse_answer", "answer_format")
+# Verdict reasons meaning the response holds no answer the task can read (counted as ``no_answer_rate``)
+NO_ANSWER_REASONS = frozenset({"no_answer", "no_code"})
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,11 @@ class Task(ABC):
         """(prompt, reference prefix, continuation, regime) drafts for BSV's fit (§3.4), or None: this task drafts
         none (BSV then needs drafts from elsewhere)."""
         return None
+
+    def answer_format(self) -> str:
+        """An instruction a prompt can carry to ask for the answer :meth:`verify` reads, as the model should read it
+        (e.g. ``Put the final answer in \\boxed{}.``); empty where the task names none."""
+        return ""
 
     def parse_answer(self, raw: Any) -> Any:
         """A gold answer stored outside the task's own loaders (a verl row's ``reward_model.ground_truth``) in the

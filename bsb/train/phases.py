@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from bsb.engine.selectors import Selector
-from bsb.tasks.base import Problem, Task
+from bsb.tasks.base import NO_ANSWER_REASONS, Problem, Task
 from bsb.train.advantages import advantages
 from bsb.train.config import TrainConfig
 from bsb.train.fork_stats import step_fork_metrics
@@ -214,6 +214,8 @@ def step_metrics(
         "rollout": gen.kind,
         "reward_mean": _mean([leaf.reward for leaf in leaves]),
         "accuracy": _mean([float(leaf.correct) for leaf in leaves]),
+        # responses holding no answer the task reads (the prompt may not ask for the task's answer format)
+        "no_answer_rate": sum(reasons[r] for r in NO_ANSWER_REASONS) / len(leaves) if leaves else math.nan,
         "kept_accuracy": _mean([float(leaf.correct) for leaf in kept_leaves]),
         "groups_generated": len(generated),
         "groups_kept": len(kept),

@@ -40,9 +40,10 @@ from bsb.engine.device import check_colocation, resolve_device, resolve_dtype
 from bsb.engine.probe import SelectorConfig, answer_tokens, check_against_model, resolve
 from bsb.engine.reader import bind_reader
 from bsb.engine.selectors import make_selector
-from bsb.tasks.base import Problem
+from bsb.tasks.base import Problem, hook
 from bsb.tasks.registry import make_task
 from bsb.train import phases
+from bsb.train.answer_watch import AnswerWatch
 from bsb.train.config import TrainConfig
 from bsb.train.distributed import close_world, init_world
 from bsb.train.rewards import RewardConfig
@@ -295,6 +296,7 @@ class Trainer:
             rows.append({"step": 0, **self.validate()})
             self.folder.record(rows[-1])
             self.folder.keep_weights(rows[-1], self.placement, self.tok, cfg)
+        watch = AnswerWatch(self.task.name, hook(self.task, "answer_format")(), cfg.prompt_format)
         bar = tqdm(
             range(self.step, cfg.steps),
             desc=f"training ({cfg.rollout}, {cfg.selector})",
@@ -312,6 +314,9 @@ class Trainer:
                 self.folder.keep_weights(m, self.placement, self.tok, cfg)
             rows.append(m)
             self.folder.record(m)
+            warning = watch.see(m)
+            if warning and self.world.main:
+                log.warning(warning)
             bar.set_postfix(
                 acc=f"{m['accuracy']:.2f}",
                 kept=m["groups_kept"],

@@ -481,3 +481,42 @@ def test_a_resume_with_another_config_is_refused_unless_named(model_dir, tmp_pat
     assert rows[-1]["step"] == 2 and rows[-1]["resume_changed"] == {"lr": [1e-3, 5e-4]}
     assert "resume_changed" not in rows[-2]
     Trainer(config(model_dir, out, steps=4, dynamic_sampling=False, lr=5e-4, progress=True, val_every=3))  # safe fields
+
+
+def test_a_run_whose_responses_hold_no_readable_answer_says_so_once_in_its_first_steps(model_dir, tmp_path, caplog):
+    """The embedded arithmetic model writes \\boxed{} answers; graded on Answer: lines, no response holds one: the
+    rate is in every row, and one warning within the first steps names the format and a --set that asks for it."""
+    import logging
+    import shlex
+
+    from bsb.train.answer_watch import suggestion
+
+    cfg = config(model_dir, tmp_path / "run", steps=4, val_every=0, save_every=0, task="line_tasks:AnswerLineArith")
+    with caplog.at_level(logging.WARNING, logger="bsb.train.trainer"):
+        rows = Trainer(cfg).run()
+    steps = [r for r in rows if r["step"] > 0]
+    assert all(r["no_answer_rate"] == 1.0 and r["accuracy"] == 0.0 for r in steps)
+    said = [r.getMessage() for r in caplog.records if "no answer the" in r.getMessage()]
+    assert len(said) == 1, said
+    first = sum(v for k, v in steps[0].items() if k.startswith("verdict_"))
+    assert f"100% of the {first} responses in the first 1 step(s)" in said[0] and "'Answer: '" in said[0]
+    word = suggestion("End with a line 'Answer: ' followed by the final answer.")
+    assert word in said[0]
+    template = parse_overrides(shlex.split(word)[1:])["prompt_template"]
+    assert template.format(prompt="Q") == "Q\nEnd with a line 'Answer: ' followed by the final answer."
+    recorded = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["no_answer_rate"] for r in recorded if r["step"] > 0] == [1.0] * 4
+
+
+def test_the_no_answer_rate_counts_only_unreadable_responses(tmp_path, caplog):
+    """On the embedded default (the walk model answers its task) the rate is the no_answer verdicts' share, and no
+    warning is said."""
+    import logging
+
+    cfg = config("embedded", tmp_path / "run", steps=1, val_every=0, save_every=0, task="walk", task_options={},
+                 max_response_len=160)
+    with caplog.at_level(logging.WARNING, logger="bsb.train.trainer"):
+        row = Trainer(cfg).run()[-1]
+    verdicts = {k: v for k, v in row.items() if k.startswith("verdict_")}
+    assert row["no_answer_rate"] == verdicts.get("verdict_no_answer", 0) / sum(verdicts.values())
+    assert row["no_answer_rate"] < 0.9 and not [r for r in caplog.records if "no answer the" in r.getMessage()]

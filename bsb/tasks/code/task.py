@@ -193,6 +193,9 @@ class CodeTask(SyntheticTask):
         harness = HARNESS.format(fn=tests.fn_name, marker=RESULT)
         return [(code + harness, i) for i in tests.inputs]
 
+    def answer_format(self) -> str:
+        return "Write the whole program in one ```python code block."
+
     def verify(self, response: str, problem: Problem) -> Verdict:
         tests = problem.answer
         if not isinstance(tests, CodeTests):

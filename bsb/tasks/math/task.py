@@ -32,6 +32,12 @@ from bsb.tasks.data.schemas import CONVENTIONS
 from bsb.tasks.math.grader import MathGrader, gated_reward, normalize
 
 SUFFIXES = {"boxed": ANSWER_PREFIX, "answer_line": "Answer: ", "choice": ANSWER_PREFIX}
+# what a prompt asks for so that the convention's answer can be read (Task.answer_format)
+FORMATS = {
+    "boxed": "Put the final answer in \\boxed{}.",
+    "answer_line": "End with a line 'Answer: ' followed by the final answer.",
+    "choice": "End with a line 'Answer: ' followed by the letter of your choice.",
+}
 _LETTER = re.compile(r"^\W*([A-D])\b")
 
 
@@ -92,6 +98,9 @@ class MathTask(Task):
 
     def answer_span(self, response: str) -> str | None:
         return extract(response, self.convention)
+
+    def answer_format(self) -> str:
+        return FORMATS[self.convention]
 
     def gold_continuation(self, problem: Problem) -> str:
         # the closing brace ends a boxed answer ("5" is then no prefix of "52"); a line break ends an Answer: line

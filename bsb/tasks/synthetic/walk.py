@@ -242,6 +242,9 @@ class WalkTask(SyntheticTask):
         found = _ANSWER.findall(response)
         return found[-1] if found else None
 
+    def answer_format(self) -> str:
+        return f"End with '{SUFFIX} ' and the final letter ({', '.join(SYMBOLS)})."
+
     def verify(self, response: str, problem: Problem) -> Verdict:
         answer = self.answer_span(response)
         if answer is None:
