@@ -32,8 +32,14 @@ def help_field(
     command line's), bounds (``ge`` >=, ``gt`` >, ``le`` <=, ``lt`` <), ``size_limit`` (a count above it is a typo:
     nothing runs that large), ``resume_safe`` (a resumed run may change it without a word). ``meta``: how the command
     line shows it (``flag="--out"`` for a flag name other than ``--field-name``; ``positional=True``; ``nargs``;
-    ``cli=False`` to keep it off), or a fact a module reads with :func:`named` (``evaluation=True``)."""
+    ``cli=False`` to keep it off), a path's kind (``path="folder"`` or ``path="file"``: the help says which, and a
+    path of the other kind is refused before any work), or a fact a module reads with :func:`named`
+    (``evaluation=True``)."""
     facts = dict(choices=choices, ge=ge, gt=gt, le=le, lt=lt, size_limit=size_limit, resume_safe=resume_safe)
+    if meta.get("path") not in (None, "folder", "file"):
+        raise ValueError(f"path must be 'folder' or 'file', got {meta['path']!r}")
+    if meta.get("path"):
+        help = f"{help} (a {meta['path']})"
     meta = {"help": help, **{k: v for k, v in facts.items() if v is not None and v is not False}, **meta}
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
@@ -74,6 +80,8 @@ def value_problems(obj) -> list[str]:
         if kinds == [int] and (isinstance(value, bool) or not isinstance(value, int)):
             out.append(f"{name} must be an integer, got {value!r}")
             continue
+        if meta.get("path") and isinstance(value, str):
+            out.extend(_path_problems(name, value, meta["path"]))
         if "choices" in meta and not isinstance(value, (list, tuple)) and value not in meta["choices"]:
             out.append(f"{name} must be one of {', '.join(map(str, meta['choices']))}, got {value!r}")
         if not isinstance(value, int | float) or isinstance(value, bool):
@@ -93,6 +101,25 @@ def check_values(obj) -> None:
     problems = value_problems(obj)
     if problems:
         raise ValueError(f"invalid config: {'; '.join(problems)}")
+
+
+# names that say "a file" (a folder of the offline commands called report.png is a typo)
+FILE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".md", ".json", ".jsonl", ".csv", ".txt", ".yaml", ".yml")
+
+
+def _path_problems(name: str, value: str, kind: str) -> list[str]:
+    """Why ``value`` is not a path of ``kind`` (``folder`` or ``file``): an existing path of the other kind, a folder
+    named like a file, or a file named like a folder (a trailing separator)."""
+    from pathlib import Path
+
+    path = Path(value)
+    if kind == "folder" and path.exists() and not path.is_dir():
+        return [f"{name} is a folder the command writes into, but {value} is an existing file"]
+    if kind == "folder" and path.suffix.lower() in FILE_SUFFIXES:
+        return [f"{name} is a folder the command writes into, not a file: {value} (e.g. {path.with_suffix('')})"]
+    if kind == "file" and (path.is_dir() or value.endswith(("/", "\\"))):
+        return [f"{name} names a file, but {value} is a folder: name a file (in it, or elsewhere)"]
+    return []
 
 
 def _within(value, meta) -> bool:

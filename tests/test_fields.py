@@ -1,6 +1,7 @@
 """A config field carries the facts about its values (choices, bounds, size limit, resume_safe, a module's own facts):
 ``check_values`` checks them for every config, and the names that share a fact are read back from the fields."""
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -50,3 +51,33 @@ def test_every_broken_fact_is_named_at_once():
 def test_facts_are_read_back_from_the_fields():
     assert named(Example, "resume_safe") == ("steps",) and named(Example, "evaluation") == ("steps",)
     assert named(Example, "size_limit") == ("count", "width") and named(Example, "nothing") == ()
+
+
+def test_a_path_of_the_wrong_kind_is_one_clear_error_on_every_command(tmp_path):
+    """--out is a folder for validate, evaluate, report, export, sweep and bsb train's out_dir, a file for demo: the
+    help says which, and the other kind (an existing path of it, or a name that says it) is refused before any work."""
+    from bsb.commands.demo import DemoConfig
+    from bsb.commands.evaluate import EvaluateConfig
+    from bsb.commands.export import ExportConfig
+    from bsb.commands.report import ReportConfig
+    from bsb.commands.sweep import SweepConfig
+    from bsb.commands.validate import ValidateConfig
+    from bsb.train.config import TrainConfig
+
+    existing = tmp_path / "afile"
+    existing.write_text("")
+    folders = [(ValidateConfig, "out_dir", {}), (EvaluateConfig, "out_dir", {}), (TrainConfig, "out_dir", {}),
+               (ReportConfig, "out", dict(path="run")), (ExportConfig, "out", dict(run="run")),
+               (SweepConfig, "out", dict(configs=("a.yaml",)))]
+    for cls, name, extra in folders:
+        field = next(f for f in dataclasses.fields(cls) if f.name == name)
+        assert field.metadata["help"].endswith("(a folder)"), cls.__name__
+        for bad, why in ((str(existing), "is an existing file"), (str(tmp_path / "table.md"), "not a file")):
+            with pytest.raises(ValueError, match=why):
+                cls(**{name: bad}, **extra)
+        cls(**{name: str(tmp_path / "out")}, **extra)  # a folder name passes
+    assert next(f for f in dataclasses.fields(DemoConfig) if f.name == "out").metadata["help"].endswith("(a file)")
+    for bad in (str(tmp_path), str(tmp_path / "new") + "/"):
+        with pytest.raises(ValueError, match="names a file, but .* is a folder"):
+            DemoConfig(out=bad)
+    DemoConfig(out=str(tmp_path / "demo.png"))

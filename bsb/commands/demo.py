@@ -33,7 +33,7 @@ class DemoConfig(OfflineConfig):
     )
     n_mc: int = _f(8, "completions per boundary for the value curve V*", ge=1, size_limit=MAX_COUNT)
     seed: int = _f(0, "seed of the problems, chains and completions")
-    out: str = _f("bsb_demo.png", "where the figure goes")
+    out: str = _f("bsb_demo.png", "where the figure goes", path="file")
     quick: bool = _f(
         False, "a test-size model and tiny budgets: checks the pipeline in seconds (its forks mean little)"
     )
@@ -41,9 +41,6 @@ class DemoConfig(OfflineConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if Path(self.out).is_dir():  # before minutes of sampling, not after
-            example = Path(self.out) / "demo.png"
-            raise ValueError(f"--out {self.out} is a folder: name the figure's file, e.g. {example}")
         if self.model != "embedded" and self.problems is None:
             raise ValueError("a model other than the embedded default needs a problem file: bsb demo MODEL PROBLEMS")
         if self.quick:
@@ -104,11 +101,10 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
         f"V* of chain {k} (the one whose V* moves most) at t={xs}: {', '.join(f'{x:.2f}' for x in vs)} "
         f"({mc_s:.1f}s for {sum(len(c) - 1 for c in curves) * cfg.n_mc} completions over {len(chains)} chains)"
     )
-    best = max(names, key=lambda n: flips[n])
     console.print(
         "flip mass |ΔV*| of the segment each selector re-rolls: "
         + ", ".join(f"{n} {flips[n]:.2f}" for n in names)
-        + f" (most: {best})"
+        + most_text(flips)
     )
     console.print(f"figure: {Path(png).resolve()}")
     console.print(f"demo wall time: {total:.1f}s")
@@ -123,6 +119,14 @@ def run_demo(cfg: DemoConfig, console=None) -> dict:
         "seconds": total,
         "correct": correct,
     }
+
+
+def most_text(flips: dict[str, float]) -> str:
+    """Which selectors re-roll the most flip mass: every one tied at the top, or none when no segment moved V*."""
+    top = max(flips.values(), default=0.0)
+    if not top > 0:
+        return " (no selector's segment moves V* on this chain)"
+    return f" (most: {', '.join(n for n, f in flips.items() if f == top)})"
 
 
 def _case_figure(cfg: DemoConfig, session, chains, curves, forks, suffix) -> tuple:

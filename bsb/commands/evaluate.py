@@ -44,7 +44,7 @@ class EvaluateConfig(OfflineConfig):
     )
     seed: int = _f(0, "seed of the problems and the sampled draws")
     resamples: int = _f(4000, "bootstrap resamples", size_limit=MAX_COUNT)
-    out_dir: str = _f("runs/evaluate", "output directory", flag="--out")
+    out_dir: str = _f("runs/evaluate", "where items.jsonl and table.md go", flag="--out", path="folder")
     progress: bool = _f(True, "progress bars", cli=False)
 
     @property

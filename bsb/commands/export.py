@@ -24,7 +24,9 @@ HELP = "a run's best, step or final weights as a Hugging Face folder (transforme
 @dataclass
 class ExportConfig:
     run: str = _f("", "the run's out_dir", positional=True)
-    out: str | None = _f(None, "the folder to write (default: RUN/export-best, RUN/export-step-S or RUN/export-final)")
+    out: str | None = _f(
+        None, "where the model goes (default: RUN/export-best, RUN/export-step-S or RUN/export-final)", path="folder"
+    )
     best: bool = _f(False, "the weights of the run's best held-out accuracy (keep_best)")
     step: int | None = _f(None, "the weights of validation step S (keep_last)", size_limit=MAX_COUNT)
     force: bool = _f(False, "replace --out when it exists")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bsb.commands.flags import command_parser, from_args
+from bsb.fields import check_values
 from bsb.fields import help_field as _f
 
 HELP = "a run's or a sweep's figure and table from its metrics.jsonl (fork yield, accuracy, time split)"
@@ -19,9 +20,10 @@ HELP = "a run's or a sweep's figure and table from its metrics.jsonl (fork yield
 @dataclass
 class ReportConfig:
     path: str = _f("", "a bsb train run folder (with metrics.jsonl) or a bsb sweep folder", positional=True)
-    out: str | None = _f(None, "the folder for report.png and report.md (default: PATH)")
+    out: str | None = _f(None, "where report.png and report.md go (default: PATH)", path="folder")
 
     def __post_init__(self):
+        check_values(self)
         if not self.path:
             raise ValueError("name a run folder (bsb train's out_dir) or a sweep folder (bsb sweep's --out)")
 

@@ -33,6 +33,7 @@ from bsb.eval.sweep_summary import (
     step_mean,
     table_lines,
 )
+from bsb.fields import check_values
 from bsb.fields import help_field as _f
 from bsb.train.config import EVAL_FIELDS, RUN_ONLY
 from bsb.train.run_folder import metric_rows, weight_steps, write_whole
@@ -46,13 +47,16 @@ class SweepConfig:
         (), "YAML configs (bsb train --config files); each run is named after its file", positional=True, nargs="+"
     )
     seeds: tuple[int, ...] = _f((0, 1, 2), "seeds of every config", nargs="+")
-    out: str = _f("runs/sweep", "one folder per run inside, plus table.md and curves.png")
+    out: str = _f("runs/sweep", "one folder per run inside, plus table.md and curves.png", path="folder")
     reference: str | None = _f(None, "the config the others are compared with (default: the first)")
     set: tuple[str, ...] = _f((), "overrides applied to every config, e.g. --set steps=20")
     report_to: tuple[str, ...] = _f(
         (), "trackers of every run beside its metrics.jsonl: tensorboard, wandb (as bsb train's report_to)", nargs="+"
     )
     summarize_only: bool = _f(False, "write the table and figure from finished runs, train nothing")
+
+    def __post_init__(self):
+        check_values(self)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

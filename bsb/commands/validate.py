@@ -86,7 +86,12 @@ class ValidateConfig(OfflineConfig):
         None, "keep this share of each chain's boundaries instead of --b (the paper: B/m = 10/128 ≈ 0.08)", gt=0, le=1
     )
     seed: int = _f(0, "seed of the problems, chains and completions")
-    out_dir: str = _f("runs/validate", "output directory (rerun with the same one to resume)", flag="--out")
+    out_dir: str = _f(
+        "runs/validate",
+        "where table.md, curves.jsonl and the figures go (rerun to resume)",
+        flag="--out",
+        path="folder",
+    )
     backend: str = _f("auto", "completions through vLLM (auto: when installed) or the HF model", choices=BACKEND_NAMES)
     case_plots: int = _f(3, "Figure-1 style case plots of the chains whose V* moves most", size_limit=MAX_COUNT)
     batch_size: int = _f(64, "completions per generation call", size_limit=MAX_COUNT)
@@ -236,7 +241,9 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         bsv_path = str(fitted) if fitted else None
     # completions through vLLM when installed; no probe room: the reads go through the HF model
     max_len = engine_max_len(PROMPT_ROOM, cfg.max_response, 0, 0)
-    gen = rollout_backend(cfg.backend, session.path, session.hf, max_len, cfg.seed, dtype=session.model.dtype)
+    gen = rollout_backend(
+        cfg.backend, session.path, session.hf, max_len, cfg.seed, dtype=session.model.dtype, log_file=out / "vllm.log"
+    )
     saved = _sample_chains(cfg, gen, session, out)  # sampled once, reused on resume
     store = CompletionStore(out / "completions.jsonl")
     judge = judge_client(cfg)
@@ -256,7 +263,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     for warning in report.warnings(summary):
         console.print(f"[yellow]{warning}[/yellow]")
     console.print(report.rich_table(summary, title))
-    console.print(f"oracle floor (best E of any B points): {summary.floor:.3f}")
+    console.print(f"oracle floor (best E of any B points): {report.num(summary.floor)}")
     if judge is not None:
         console.print(f"llm_judge ({cfg.judge_model}): {judge.stats.summary()}")
     contrast = fork_contrast(curves)  # App. D

@@ -13,11 +13,18 @@ COLUMNS = ("selector", "mean E", "± s.e.", "excess over floor", "fallbacks", "f
 MARKS = ("**", "_")  # Markdown marks of the first and second ranked
 
 
+def num(x: float, spec: str = ".3f") -> str:
+    """A figure of the report, or n/a where it is undefined (no non-flat chain, no fork pair): never a nan."""
+    return "n/a" if math.isnan(x) else format(x, spec)
+
+
 def title(s: Summary, label: str, b_text: str, n_mc: int, skipped: int) -> str:
     """``label``: the model; ``b_text``: B as configured; ``skipped``: chains without a newline boundary."""
     return (
         f"{label}: {len(s.live)} non-flat of {s.chains} chains ({skipped} without a newline boundary), "
-        f"{b_text}, B/m={s.b_over_m:.2f} (median), N_MC={n_mc}"
+        f"{b_text}, "
+        + (f"B/m={s.b_over_m:.2f} (median)" if s.live else "B/m n/a (no non-flat chain)")
+        + f", N_MC={n_mc}"
     )
 
 
@@ -29,11 +36,11 @@ def selector_rows(s: Summary) -> list[tuple[str, int | None, list[str]]]:
             n,
             rank.get(n),
             [
-                f"{s.mean_error[n]:.3f}",
-                f"{s.sem[n]:.3f}",
-                f"{s.mean_error[n] - s.floor:.3f}",
+                num(s.mean_error[n]),
+                num(s.sem[n]),
+                num(s.mean_error[n] - s.floor),
                 str(s.fallbacks[n]),
-                f"{s.captured[n]:.2f}",
+                num(s.captured[n], ".2f"),
             ],
         )
         for n in s.names
@@ -52,11 +59,11 @@ def markdown(s: Summary, title_text: str, contrast: dict, lags: dict) -> str:
         mark = MARKS[r] if r is not None else ""
         rows.append([n, f"{mark}{cells[0]}{mark}", *cells[1:]])
     lines = [f"# {title_text}", "", *table.markdown(COLUMNS, rows)]
-    lines.append(f"| oracle floor (DP) | {s.floor:.3f} | | 0 | | |")
+    lines.append(f"| oracle floor (DP) | {num(s.floor)} | | 0 | | |")
     tercile = ", ".join(f"{k} {v:.3f}" for k, v in contrast.get("disagreement_by_js_tercile", {}).items())
     lines += [
         "",
-        f"Fork contrast (App. D): sibling agreement {contrast['sibling_agreement']:.3f} "
+        f"Fork contrast (App. D): sibling agreement {num(contrast['sibling_agreement'])} "
         f"over {contrast['pairs']} pairs; disagreement by Probe-JS tercile: " + (tercile or "none"),
         "",
         *lag_rows(lags),
@@ -83,7 +90,7 @@ def warnings(s: Summary) -> list[str]:
 
 def contrast_line(contrast: dict) -> str:
     """The fork contrast as the console shows it."""
-    line = f"fork contrast: siblings agree on {contrast['sibling_agreement']:.2f} of {contrast['pairs']} boundary forks"
+    line = f"fork contrast: siblings agree on {num(contrast['sibling_agreement'], '.2f')} of {contrast['pairs']} boundary forks"
     if "disagreement_by_js_tercile" in contrast:
         by = contrast["disagreement_by_js_tercile"]
         line += "; disagreement by Probe-JS tercile (bottom/middle/top): " + " / ".join(

@@ -235,6 +235,7 @@ class TrainConfig(ProbeConfig, PromptConfig):
         "named by the run's config (the same command resumes it, a different one never meets it)",
         resume_safe=True,
         run_only=True,
+        path="folder",
     )
     val_every: int = _f(
         10, "validate every N steps (and at the start and the end); 0: only start and end", ge=0, resume_safe=True

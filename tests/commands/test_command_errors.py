@@ -49,7 +49,7 @@ CASES = [
     (["cost", "--mean-chain-len", "1e308"], r"mean_chain_len must be in \(0, 10000000\], got 1e\+308"),
     (["validate", "--read-len", "0"], "read_len must be >= 1"),
     (["validate", "--judge-timeout-s", "-1"], r"judge_timeout_s must be in \(0, 3600\], got -1.0"),
-    (["demo", "--out", "{tmp}"], "is a folder: name the figure's file"),
+    (["demo", "--out", "{tmp}"], "is a folder: name a file"),
     (["train", "--set", "resume_changes=[bogus_field]"], "resume_changes names no field: 'bogus_field'"),
     (["train", "--set", "task=code", "task_options={timeout_s: -1}"], r"task option timeout_s must be a number in"),
 ]

@@ -31,7 +31,9 @@ def test_validate_writes_everything_and_resumes_without_new_completions(model_di
         assert set(r["error"]) >= {"probe_js", "lens_shift", "entropy", "midpoint"} and len(r["v_star"]) == len(r["cuts"])
         assert all(r["error"][n] >= r["floor"] - 1e-9 for n in r["error"])  # no selector beats the DP floor
     table = (out / "table.md").read_text()
-    assert "oracle floor" in table and "Fork contrast" in table and "B/m=" in table and "Lag diagnostic" in table
+    assert "oracle floor" in table and "Fork contrast" in table and "Lag diagnostic" in table and "nan" not in table
+    live = [r for r in rows if not r["flat"]]
+    assert ("B/m=" in table) if live else ("B/m n/a (no non-flat chain)" in table)  # never B/m=nan
     assert all(r["b"] == 2 for r in rows)
     lag = json.loads((out / "lag.json").read_text())
     assert set(lag) >= {"belief", "probe_js", "entropy"} and set(lag["probe_js"]["lags"]) == {"-2", "-1", "0", "1", "2"}
@@ -82,3 +84,11 @@ def test_fork_contrast_counts_agreeing_siblings_and_js_terciles():
     assert c["disagreement_by_js_tercile"] == {"bottom": 0.0, "middle": 0.5, "top": 1.0}  # {0,1}, {2,3}, {4,5}
     one = [{"cuts": [0], "scores": {}, "siblings": [["a"]]}]  # one completion: no pair, no terciles
     assert fork_contrast(one)["pairs"] == 0 and "disagreement_by_js_tercile" not in fork_contrast(one)
+
+
+def test_demo_names_the_most_flip_mass_only_when_a_segment_moved():
+    from bsb.commands.demo import most_text
+
+    assert most_text({"probe_js": 0.0, "entropy": 0.0}) == " (no selector's segment moves V* on this chain)"
+    assert most_text({"probe_js": 0.5, "entropy": 0.5, "midpoint": 0.25}) == " (most: probe_js, entropy)"
+    assert most_text({"probe_js": 0.1, "entropy": 0.3}) == " (most: entropy)"
