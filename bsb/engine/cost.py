@@ -176,6 +176,9 @@ def measured_shares(rows: list[dict]) -> dict:
     floor = sum(r.get("probe_tokens_floor", 0) for r in steps)
     return {
         "steps": len(steps),
+        "read_paths": sorted({r["probe_read_path"] for r in steps if isinstance(r.get("probe_read_path"), str)}),
+        "probe_tokens": probe,
+        "probe_floor": floor,
         "computed_over_floor": probe / floor if floor else float("nan"),  # runs before the floor was logged: nan
         "probe_over_rollout": probe / gen if gen else float("nan"),
         "probe_over_step": 2 * probe / (2 * gen + 6 * train + 2 * probe) if gen + train + probe else float("nan"),

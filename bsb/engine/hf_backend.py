@@ -30,6 +30,13 @@ from bsb.engine.hf_model import head_logits, lens_parts
 from bsb.engine.packed import CutReads, KeptKV, cached_reads, naive_reads, packed_reads, packed_reads_many
 
 
+READ_PATHS = {  # the family plan's reads, in words
+    "packed": "packed prefix-shared forward",
+    "stateful": "state-carried segments",
+    "per_cut": "per-cut re-forward",
+}
+
+
 class HFBackend:
     capabilities = Capabilities(
         generate=True, belief_logits=True, token_stats=True, token_entropy=True, white_box=True, reuses_kv=True
@@ -102,6 +109,14 @@ class HFBackend:
         self._keep_kv = bool(on)
         if not on:
             self.drop_kv()
+
+    @property
+    def read_path(self) -> str:
+        """How this backend serves reads (:func:`bsb.engine.reader.read_path`): from the keys and values its own
+        generation kept, else by the family's plan."""
+        if self._keep_kv:
+            return "kept KV"
+        return READ_PATHS[self.plan.reads]
 
     def close(self) -> None:
         """Nothing to shut down: the model belongs to the caller; the kept keys and values are freed."""

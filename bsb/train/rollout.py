@@ -52,7 +52,7 @@ class RolloutTimes:
     select_s: float = 0.0
     tokens_generated: int = 0
     probe_cached: int = 0  # prefix tokens the reads took from a cache (vLLM's prefix cache, the kept KV)
-    probe_floor: int = 0  # the reads' floor: C·(E + L) a Probe-JS chain, C·(E + n) a Lens-Shift one
+    probe_floor: int = 0  # the reads' floor: C·(E + L − 1) a Probe-JS chain, C·(E + n − 1) a Lens-Shift one
 
     def add(self, other: RolloutTimes) -> None:
         """Accumulate another round's times and counts (one process, in sequence)."""

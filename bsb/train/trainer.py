@@ -38,7 +38,7 @@ from bsb.engine.backend import BackendError, capabilities
 from bsb.engine.boundaries import newline_token_mask
 from bsb.engine.device import check_colocation, resolve_device, resolve_dtype
 from bsb.engine.probe import SelectorConfig, answer_tokens, check_against_model, resolve
-from bsb.engine.reader import bind_reader
+from bsb.engine.reader import bind_reader, read_path
 from bsb.engine.selectors import make_selector
 from bsb.tasks.base import Problem, hook
 from bsb.tasks.registry import make_task
@@ -234,6 +234,7 @@ class Trainer:
         timing["time_step"] = time.perf_counter() - t0
         m = phases.step_metrics(self.step, generated, kept, rows, total, reasons, update, timing)
         m["active_steps"] = self.active_steps
+        m["probe_read_path"] = read_path(self.selector)
         return m
 
     def _generate_round(self, problems: list[Problem], kind: str, seed: int) -> tuple[phases.Generated, Counter]:

