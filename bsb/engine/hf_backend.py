@@ -29,7 +29,6 @@ from bsb.engine.families import plan
 from bsb.engine.hf_model import head_logits, lens_parts
 from bsb.engine.packed import CutReads, KeptKV, cached_reads, naive_reads, packed_reads, packed_reads_many
 
-
 READ_PATHS = {  # the family plan's reads, in words
     "packed": "packed prefix-shared forward",
     "stateful": "state-carried segments",

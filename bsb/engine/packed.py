@@ -1,15 +1,17 @@
 """The packed prefix-shared forward: every candidate's belief read from one pass over the chain.
 
 One sequence holds ``[prefix ; suffix_1 ; … ; suffix_C]``. ``prefix`` is the prompt plus the chain, and each
-``suffix_j`` is the elicitation suffix, plus the teacher-forced committed answer when Lens-Shift needs it.
+``suffix_j`` is the elicitation suffix, plus the teacher-forced committed answer but its last token when Lens-Shift
+needs it (the suffix's last position predicts the first answer token, and the last answer token predicts nothing
+read: E + n − 1 tokens a segment).
 Suffix j gets position ids starting at its cut ``t_j``. Its attention mask lets it see ``prefix[:t_j]`` and
 itself causally, and nothing else, so each suffix reads exactly what a separate forward of
 ``prefix[:t_j] + suffix_j`` would (the paper's per-candidate re-forward, App. B, :func:`naive_reads`). No suffix
-sees past the last cut, so the prefix is forwarded up to it: max_j t_j + C·(E + n) token-forwards instead of
+sees past the last cut, so the prefix is forwarded up to it: max_j t_j + C·(E + n − 1) token-forwards instead of
 Σ_j (t_j + E + n).
 
 When the chain was just generated in this process, its keys and values are already there (:class:`KeptKV`, what a
-batched generation leaves): :func:`cached_reads` computes only the suffixes, C·(E + n) token-forwards, each suffix
+batched generation leaves): :func:`cached_reads` computes only the suffixes, C·(E + n − 1) token-forwards, each suffix
 attending to the kept ``prefix[:t_j]`` and to itself (the floor of the reads).
 
 The mask is an additive float mask (0 / finfo.min): with eager attention a boolean 4D mask is silently wrong
@@ -77,7 +79,7 @@ def packed_reads(
     answer = _as_ids(answer) if answer is not None else None
     cuts = [int(t) for t in cuts]
     _check(prefix, cuts, suffix)
-    seg = suffix if answer is None else torch.cat([suffix, answer])
+    seg = _segment(suffix, answer)
     if with_hidden and answer is None:
         raise ValueError("with_hidden needs the committed answer (Lens-Shift reads the teacher-forced answer)")
     per_group = len(cuts)
@@ -119,8 +121,14 @@ def packed_reads_many(model, chains, suffix, max_tokens: int = 1024, with_hidden
     return out
 
 
+def _segment(suffix: torch.Tensor, answer: torch.Tensor | None) -> torch.Tensor:
+    """What a read forwards after its cut: the suffix, then the answer but its last token (the suffix's last position
+    predicts the first answer token, answer token i predicts token i + 1: the last predicts nothing read)."""
+    return suffix if answer is None else torch.cat([suffix, answer[:-1]])
+
+
 def _width(suffix: torch.Tensor, answer: torch.Tensor | None) -> int:
-    return suffix.numel() + (0 if answer is None else answer.numel())
+    return suffix.numel() + (0 if answer is None else answer.numel() - 1)
 
 
 def _blocks(chains, suffix, with_hidden: bool) -> list[tuple[torch.Tensor, list[int], torch.Tensor | None]]:
@@ -160,7 +168,7 @@ def cached_reads(
     model, kv: KeptKV, chains, suffix, with_hidden: bool = False, max_tokens: int = 4096
 ) -> list[CutReads]:
     """Reads of several chains ``[(row, prefix, cuts[, answer]), ...]`` whose keys and values ``kv`` holds at row
-    ``row``: only the suffixes are forwarded (C·(E + n) token-forwards a chain), suffix j attending to the kept
+    ``row``: only the suffixes are forwarded (C·(E + n − 1) token-forwards a chain), suffix j attending to the kept
     ``prefix[:cuts[j]]`` and to itself, at positions from ``cuts[j]``. Chains are batched (one row each) in forwards
     of at most ``max_tokens`` key columns in all; the reads equal :func:`naive_reads` (tested)."""
     check_supported(model)
@@ -200,8 +208,8 @@ def _cached_group(model, kv: KeptKV, group, suffix, with_hidden) -> list[CutRead
     qi = torch.arange(q_len)
     reads, answers, shapes = [], [], []
     for i, ((row, (_, cuts, answer)), w) in enumerate(zip(group, widths)):
-        c, n = len(cuts), w - e
-        seg = suffix if answer is None else torch.cat([suffix, answer])
+        c, n = len(cuts), 0 if answer is None else answer.numel()
+        seg = _segment(suffix, answer)
         q = c * w
         ids[i, :q] = seg.repeat(c)
         cut = torch.tensor(cuts)
@@ -272,10 +280,10 @@ def _packed_blocks(model, blocks, suffix, with_hidden) -> list[CutReads]:
     for b, ((prefix, cuts, answer), (leader, shared)) in enumerate(zip(blocks, _sharing(blocks))):
         prefix = prefix[: max(cuts)]  # no suffix sees beyond its cut
         s, n, c = prefix.numel(), 0 if answer is None else answer.numel(), len(cuts)
-        w = e + n  # tokens per suffix segment
+        body = _segment(suffix, answer)
+        w = body.numel()  # tokens per suffix segment
         own = s - shared  # prefix tokens this block forwards itself
         q = own + c * w
-        body = suffix if answer is None else torch.cat([suffix, answer])
         ids.append(torch.cat([prefix[shared:], body.repeat(c)]))
         cut = torch.tensor(cuts)
         p_pos = torch.arange(shared, s)

@@ -6,7 +6,7 @@ transformers cache; after each segment every recurrent layer's conv state and SS
 are cloned. Then one batched forward (C rows, or chunks of ``max_rows``) runs the C suffix segments ``suffix (+
 answer)``, row j starting from the state at cut t_j: its recurrent layers hold that cut's states, its attention
 layers the chain's keys and values masked to keys < t_j, its position ids start at t_j. The reads equal
-:func:`bsb.engine.packed.naive_reads` (tests/engine/test_stateful.py): max_j t_j + C·(E + n) token-forwards a
+:func:`bsb.engine.packed.naive_reads` (tests/engine/test_stateful.py): max_j t_j + C·(E + n − 1) token-forwards a
 chain instead of Σ_j (t_j + E + n).
 
 One-token continuations are avoided: transformers 5.x runs a one-token forward from a cached state through the
@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from bsb.engine.hf_model import ResidualCapture
-from bsb.engine.packed import CutReads, _as_ids, _blocks
+from bsb.engine.packed import CutReads, _as_ids, _blocks, _segment
 
 LAYER_TYPES = ("linear_attention", "full_attention", "mlp", "moe")  # what this module carries, masks or ignores
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")  # those that honour an additive 4D mask
@@ -75,7 +75,8 @@ def _chain_reads(model, prefix, cuts, suffix, answer, with_hidden, max_rows) -> 
         states[t] = [(layer.conv_states[0].clone(), layer.recurrent_states[0].clone()) for layer in layers]
         anchor[t], done = t, t
     kv = [(cache.layers[i].keys, cache.layers[i].values) for i in attention]  # (1, heads, done, head_dim)
-    seg = suffix if answer is None else torch.cat([suffix, answer])
+    seg = _segment(suffix, answer)  # the answer but its last token (bsb.engine.packed)
+    n = 0 if answer is None else answer.numel()
     parts, order, forwards = [], [], done
     for shift in (0, 1):  # rows of one shift share a width: a detoured row never pads the others
         group = [j for j, t in enumerate(cuts) if t - anchor[t] == shift]
@@ -91,6 +92,7 @@ def _chain_reads(model, prefix, cuts, suffix, answer, with_hidden, max_rows) -> 
                     [anchor[t] for t in ts],
                     seg,
                     suffix.numel(),
+                    n,
                     width,
                     kv,
                     attention,
@@ -114,14 +116,14 @@ def _chain_reads(model, prefix, cuts, suffix, answer, with_hidden, max_rows) -> 
     return CutReads(read_logits=cat(0, 0), answer_hidden=cat(1, 1), answer_logits=cat(2, 0), token_forwards=forwards)
 
 
-def _rows(model, prefix, cuts, anchors, seg, e, width, kv, attention, states, recurrent, with_hidden):
+def _rows(model, prefix, cuts, anchors, seg, e, n, width, kv, attention, states, recurrent, with_hidden):
     """One batched forward: row j is ``prefix[anchors[j]:cuts[j]] + seg``, right-padded to ``width``, from the state
     at ``anchors[j]``. Returns (read logits (R, V), answer hidden (layers, R, n, d) or None, answer logits or None)."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
-    r, n, past = len(cuts), seg.numel() - e, kv[0][0].shape[2] if kv else 0
+    r, past = len(cuts), kv[0][0].shape[2] if kv else 0
     ids = seg[:1].repeat(r, width)  # the right padding: any token, after every read position
     for j, (t, a) in enumerate(zip(cuts, anchors)):
         ids[j, : t - a + seg.numel()] = torch.cat([prefix[a:t], seg])

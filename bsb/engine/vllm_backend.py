@@ -48,18 +48,18 @@ from bsb.engine.backend import (
     check_generation_args,
     request_seeds,
 )
+from bsb.engine.cpu_engines import cpu_engine
 from bsb.engine.families import vllm_cpu_refusal
-from bsb.engine.vllm_logging import route_vllm_logs
+from bsb.engine.vllm_logging import engine_output, route_vllm_logs
 
 log = logging.getLogger(__name__)
 
 
 def vllm_available() -> bool:
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether vLLM is installed (found, not imported: importing it prints, which the engine's start routes)."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
 
 
 def engine_max_len(max_prompt_len: int, max_response_len: int, suffix_len: int, read_len: int) -> int:
@@ -84,11 +84,12 @@ def rollout_backend(
     log_file: str | Path | None = None,
 ):
     """``kind`` auto | vllm | hf: a :class:`VLLMBackend` on checkpoint ``path`` when asked for (or, for auto, when vLLM
-    is installed), else the HF backend ``hf``. The engine runs in-process, so the trainer can sync weights into it,
-    and its length is ``max_len`` capped at the model's positions. On CUDA it takes ``gpu_memory_utilization`` of the
-    GPU (the rest stays with the co-located trainer) and sleeps during updates when ``sleep``; on the CPU (vllm-cpu)
-    it serves ``dtype`` as asked (fp32 by default, so its reads match the HF model's). ``max_len``: see
-    :func:`engine_max_len`."""
+    is installed and, on the CPU, the recorded benchmark found it faster at the model's size:
+    :mod:`bsb.engine.cpu_engines`, said in one log line), else the HF backend ``hf``. The engine runs in-process, so
+    the trainer can sync weights into it, and its length is ``max_len`` capped at the model's positions. On CUDA it
+    takes ``gpu_memory_utilization`` of the GPU (the rest stays with the co-located trainer) and sleeps during
+    updates when ``sleep``; on the CPU (vllm-cpu) it serves ``dtype`` as asked (fp32 by default, so its reads match
+    the HF model's). ``max_len``: see :func:`engine_max_len`."""
     if kind not in BACKEND_NAMES:
         raise ValueError(f"backend must be one of {', '.join(BACKEND_NAMES)}, got {kind!r}")
     if kind == "hf" or (kind == "auto" and not vllm_available()):
@@ -97,6 +98,13 @@ def rollout_backend(
     if why and kind == "auto":  # decided before an engine starts, said once
         log.warning("backend=auto: vllm-cpu cannot serve this model (%s): rolling out with the HF backend", why)
         return hf
+    if kind == "auto" and hf.device.type == "cpu":  # the engine the recorded benchmark found faster at this size
+        faster, because = cpu_engine(sum(p.numel() for p in hf.model.parameters()))
+        log.warning(
+            "backend=auto on the CPU: %s, the faster here (%s)", "HF" if faster == "hf" else "vllm-cpu", because
+        )
+        if faster == "hf":
+            return hf
     if why:
         raise ValueError(f"backend=vllm on the CPU: vllm-cpu cannot serve this model ({why}); set backend=hf")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -199,7 +207,8 @@ class VLLMBackend:
         on CUDA. ``log_file``: where vLLM's own log lines go instead of the console (:mod:`bsb.engine.vllm_logging`;
         ``VLLM_LOGGING_LEVEL`` set keeps them on the console)."""
         try:
-            from vllm import LLM
+            with engine_output(log_file):
+                from vllm import LLM
         except ImportError as err:
             raise ImportError(
                 "VLLMBackend needs vLLM: pip install 'belief-shift-branching[gpu]' on a CUDA machine, "
@@ -235,7 +244,7 @@ class VLLMBackend:
         self.block_size = block_size or (32 if on_cpu else 16)
         log.info("vLLM KV block size %d tokens (prefix caching reuses whole blocks)", self.block_size)
         env.update(route_vllm_logs(log_file))
-        with _environ(env):
+        with _environ(env), engine_output(log_file):
             self.llm = LLM(
                 model=model,
                 enable_prefix_caching=True,

@@ -7,14 +7,19 @@ bar into pages of lines a user reads as trouble.
 
 * :func:`route_vllm_logs`: vLLM's records go to ``log_file`` (``out_dir/vllm.log`` for ``bsb train``), in this process
   and in the engine processes it starts, unless ``VLLM_LOGGING_LEVEL`` is set: a user who sets it wants to see them.
+* :func:`engine_output`: while vLLM is imported and its engine starts, what it writes to the process's stdout and
+  stderr outside its logger (the CPU build's Triton notice, deprecation warnings, the C++ NUMA-binding warning, the
+  checkpoint-loading bar) goes to the same file, unless ``VLLM_LOGGING_LEVEL`` is set.
 * :class:`WeightlessLayerFilter`: the rotary warning dropped where it is emitted, whatever the destination.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 
 RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"  # emits "<layer>: Failed to load weights"
@@ -81,3 +86,32 @@ def _file_config(path: Path) -> dict:
         "handlers": {"file": {"class": "logging.FileHandler", "filename": str(path), "formatter": "bsb"}},
         "loggers": {"vllm": {"handlers": ["file"], "level": "INFO", "propagate": False}},
     }
+
+
+@contextlib.contextmanager
+def engine_output(log_file: str | Path | None):
+    """File descriptors 1 and 2 and ``sys.stdout`` / ``sys.stderr`` appended to ``log_file`` inside the block (C++ and
+    library prints included), restored after it, on an error too; nothing changes when ``log_file`` is None or
+    ``VLLM_LOGGING_LEVEL`` is set."""
+    if log_file is None or "VLLM_LOGGING_LEVEL" in os.environ:
+        yield
+        return
+    path = Path(log_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved, streams = [os.dup(fd) for fd in (1, 2)], (sys.stdout, sys.stderr)
+    try:
+        with open(path, "a", buffering=1) as out:
+            for fd in (1, 2):
+                os.dup2(out.fileno(), fd)
+            sys.stdout = sys.stderr = out  # Python-level writers too (a replaced sys.stdout writes no descriptor)
+            try:
+                yield
+            finally:
+                out.flush()
+    finally:
+        sys.stdout, sys.stderr = streams
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)

@@ -15,9 +15,12 @@ class AnswerWatch:
     :data:`WATCHED_STEPS` steps where the pooled no-answer rate reaches :data:`NEAR_ONE` over at least
     :data:`MIN_RESPONSES` responses."""
 
-    def __init__(self, task_name: str, answer_format: str, prompt_format: str):
+    def __init__(self, task_name: str, answer_format: str, prompt_format: str, prompt: str = ""):
+        """``prompt``: a rendered prompt of the run; when it already carries ``answer_format`` the warning says that
+        the model does not follow it (too small a model, too short a budget), not that the prompt lacks it."""
         self.task_name, self.answer_format, self.prompt_format = task_name, answer_format, prompt_format
-        self.steps = self.responses = self.unread = 0
+        self.asked = bool(answer_format) and answer_format in prompt
+        self.steps = self.responses = self.unread = self.truncated = 0
         self.done = False
 
     def see(self, row: dict) -> str | None:
@@ -30,6 +33,8 @@ class AnswerWatch:
             return None
         self.responses += n
         self.unread += round(rate * n)
+        truncated = row.get("truncated_frac")
+        self.truncated += round(truncated * n) if isinstance(truncated, float) and truncated == truncated else 0
         if self.responses < MIN_RESPONSES or self.unread < NEAR_ONE * self.responses:
             return None
         self.done = True
@@ -38,14 +43,22 @@ class AnswerWatch:
     def message(self) -> str:
         share = self.unread / self.responses
         asks = self.answer_format
-        fix = f"ask for it, e.g. {suggestion(asks)}" if asks else "make the prompt ask for what the verifier reads"
         what = f'it reads what this asks for: "{asks}"' if asks else "see the task's verifier"
-        return (
+        head = (
             f"{share:.0%} of the {self.responses} responses in the first {self.steps} step(s) hold no answer the "
-            f"{self.task_name} task can read ({what}); the prompt probably does not ask for that format: {fix}"
-            + (" (or say it in system_prompt)" if asks and self.prompt_format == "chat" else "")
-            + ". no_answer_rate is in metrics.jsonl and bsb report."
+            f"{self.task_name} task can read ({what})"
         )
+        tail = ". no_answer_rate is in metrics.jsonl and bsb report."
+        if self.asked:  # the prompt asks for it already: the model does not follow
+            cut = self.truncated / self.responses
+            return (
+                f"{head}; the prompt asks for it, but the model does not write it ({cut:.0%} of the responses hit "
+                "max_response_len): a larger or instruction-tuned model, a longer max_response_len, or an example "
+                f"answer in the prompt may{tail}"
+            )
+        fix = f"ask for it, e.g. {suggestion(asks)}" if asks else "make the prompt ask for what the verifier reads"
+        chat = " (or say it in system_prompt)" if asks and self.prompt_format == "chat" else ""
+        return f"{head}; the prompt probably does not ask for that format: {fix}{chat}{tail}"
 
 
 def suggestion(asks: str) -> str:

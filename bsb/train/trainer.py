@@ -291,13 +291,14 @@ class Trainer:
         from tqdm import tqdm
 
         cfg = self.cfg
-        self.folder.begin(cfg, self.cfg.render(self.task, self.val_problems[0], self.tok), self.step)
+        example = cfg.render(self.task, self.val_problems[0], self.tok)  # the first held-out prompt, rendered
+        self.folder.begin(cfg, example, self.step)
         rows = []
         if self.step == 0:
             rows.append({"step": 0, **self.validate()})
             self.folder.record(rows[-1])
             self.folder.keep_weights(rows[-1], self.placement, self.tok, cfg)
-        watch = AnswerWatch(self.task.name, hook(self.task, "answer_format")(), cfg.prompt_format)
+        watch = AnswerWatch(self.task.name, hook(self.task, "answer_format")(), cfg.prompt_format, example)
         bar = tqdm(
             range(self.step, cfg.steps),
             desc=f"training ({cfg.rollout}, {cfg.selector})",

@@ -78,7 +78,7 @@ def test_reads_equal_the_per_cut_reforward(family, attn):
         one = hf.packed_reads(prefix, cuts, suffix, answer, with_hidden=True)
         torch.testing.assert_close(one.answer_hidden, want.answer_hidden, atol=2e-5, rtol=1e-5)
         torch.testing.assert_close(one.answer_logits, want.answer_logits, atol=2e-5, rtol=1e-5)
-        assert one.token_forwards == chain + len(cuts) * (len(suffix) + 3) + wider
+        assert one.token_forwards == chain + len(cuts) * (len(suffix) + 3 - 1) + wider  # E + n − 1: not the last answer token
         assert profile.shape == (len(cuts), len(model.model.layers))
 
 

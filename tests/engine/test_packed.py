@@ -50,7 +50,7 @@ def test_packed_equals_naive_reforward(family, attn):
     torch.testing.assert_close(got.answer_logits, want.answer_logits, atol=2e-5, rtol=1e-5)
     torch.testing.assert_close(got.answer_hidden, want.answer_hidden, atol=2e-5, rtol=1e-5)
     assert got.answer_hidden.shape == (3, 16, 3, 64)
-    assert got.token_forwards == max(cuts) + 16 * 10  # the prefix up to the last cut, then every suffix
+    assert got.token_forwards == max(cuts) + 16 * 9  # the prefix up to the last cut, then every E + n − 1 segment
     assert want.token_forwards == sum(cuts) + 16 * 10
 
 
@@ -100,7 +100,7 @@ def test_chains_of_one_prompt_forward_their_prompt_once_and_keep_their_reads(fam
         torch.testing.assert_close(reads.read_logits, want.read_logits, atol=2e-5, rtol=1e-5)
         torch.testing.assert_close(reads.answer_hidden, want.answer_hidden, atol=2e-5, rtol=1e-5)
     own = [49, 40 - 20, 30 - 20, 20, 15 - 9]  # each chain to its last cut, less the prompt its run's first holds
-    assert [r.token_forwards for r in got] == [o + len(c) * 6 for o, (_, c) in zip(own, chains)]
+    assert [r.token_forwards for r in got] == [o + len(c) * 5 for o, (_, c) in zip(own, chains)]  # E + n − 1 a cut
 
 
 def _generated(model, lengths=(5, 12, 8), new=30, seed=1):
@@ -136,7 +136,7 @@ def test_reads_from_the_kept_kv_equal_the_naive_reforward(family, attn):
         torch.testing.assert_close(ln.answer_logits, want.answer_logits, atol=2e-5, rtol=1e-5)
         torch.testing.assert_close(ln.answer_hidden, want.answer_hidden, atol=2e-5, rtol=1e-5)
         assert torch.equal(torch.topk(p.read_logits, 20).indices, torch.topk(want.read_logits, 20).indices)
-        assert p.token_forwards == len(cuts) * 3 and ln.token_forwards == len(cuts) * 5  # C·E and C·(E + n)
+        assert p.token_forwards == len(cuts) * 3 and ln.token_forwards == len(cuts) * 4  # C·E and C·(E + n − 1)
 
 
 def test_the_kept_kv_serves_the_backends_reads_until_the_weights_change():
@@ -153,7 +153,7 @@ def test_the_kept_kv_serves_the_backends_reads_until_the_weights_change():
     lens = hf.lens_profiles_many([(*a, [7, 8]) for a in asks], suffix)
     for (prefix, cuts), (profile, _) in zip(asks, lens):
         torch.testing.assert_close(profile, HFBackend(model).lens_profiles(prefix, cuts, suffix, [7, 8])[0], atol=1e-4, rtol=1e-5)
-    assert [n for _, n in lens] == [8, 8, 8, 8 + 8]
+    assert [n for _, n in lens] == [6, 6, 6, 8 + 6]  # C·(E + n − 1) from the kept KV
     with torch.no_grad():
         model.lm_head.weight.add_(0.01)  # an update: the kept keys are stale
     assert [n for _, n in hf.probe_logits(asks[:1], suffix)] == [max(asks[0][1]) + 4] and hf._kept is None

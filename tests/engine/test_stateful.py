@@ -107,15 +107,15 @@ def test_token_forwards_are_the_chain_once_plus_every_suffix():
     cuts = [110, 7, 30, 55, 80, 96, 3, 64, 14, 41, 73, 88, 101, 20, 47, 117]  # no two consecutive
     got = stateful_reads(model, [(prefix, cuts, ANSWER)], SUFFIX, with_hidden=True)[0]
     want = packed.naive_reads(model, prefix, cuts, SUFFIX, ANSWER, with_hidden=True)
-    assert got.token_forwards == max(cuts) + len(cuts) * (5 + 3)
+    assert got.token_forwards == max(cuts) + len(cuts) * (5 + 3 - 1)  # E + n − 1: not the last answer token
     assert want.token_forwards == sum(cuts) + len(cuts) * (5 + 3)
     assert got.token_forwards < want.token_forwards / 4
     # a cut one past the previous one is read from the previous cut's state through one more token (only that row
     # one wider); a one-token suffix is padded to two
     consecutive = stateful_reads(model, [(prefix, [20, 21], ANSWER)], SUFFIX)[0]
-    assert consecutive.token_forwards == 20 + (5 + 3) + (5 + 3 + 1)
+    assert consecutive.token_forwards == 20 + (5 + 2) + (5 + 2 + 1)
     mixed = stateful_reads(model, [(prefix, [60, 20, 21, 90, 61], ANSWER)], SUFFIX, max_rows=2)[0]
-    assert mixed.token_forwards == 90 + 3 * (5 + 3) + 2 * (5 + 3 + 1)
+    assert mixed.token_forwards == 90 + 3 * (5 + 2) + 2 * (5 + 2 + 1)
     assert_reads_equal(mixed, packed.naive_reads(model, prefix, [60, 20, 21, 90, 61], SUFFIX, ANSWER))
     short = stateful_reads(model, [(prefix, [9, 50])], SUFFIX[:1])[0]
     assert short.token_forwards == 50 + 2 * 2
@@ -129,7 +129,7 @@ def test_one_cut_chain_leaves_model_and_inputs_unchanged():
     chains = [(prefix, cuts, answer)]
     got = stateful_reads(model, chains, suffix, with_hidden=True)[0]
     assert_reads_equal(got, packed.naive_reads(model, ids(30, 9), [30], SUFFIX, ANSWER, with_hidden=True))
-    assert got.token_forwards == 30 + 8
+    assert got.token_forwards == 30 + 7
     assert torch.equal(prefix, ids(30, 9)) and cuts == [30] and chains == [(prefix, [30], answer)]
     assert torch.equal(suffix, SUFFIX) and torch.equal(answer, ANSWER)
     for name, value in model.state_dict().items():

@@ -74,3 +74,35 @@ def test_vllm_logging_level_keeps_them_on_the_console(vllm_logger, tmp_path, mon
     before = list(vllm_logger.handlers)
     assert route_vllm_logs(tmp_path / "vllm.log") == {}
     assert vllm_logger.handlers == before and not (tmp_path / "vllm.log").exists()
+
+
+def test_what_the_engine_prints_outside_its_logger_goes_to_the_run_log(tmp_path, capfd, monkeypatch):
+    """C++ warnings, library prints and progress bars write to the file descriptors, not a logger: inside
+    engine_output they reach the run's log, and the console gets them back after it (an error included)."""
+    import os
+    import sys
+
+    from bsb.engine.vllm_logging import engine_output
+
+    monkeypatch.delenv("VLLM_LOGGING_LEVEL", raising=False)
+    log = tmp_path / "run" / "vllm.log"
+    with engine_output(log):
+        os.write(2, b"[W] Warning: NUMA binding\n")
+        print("Triton is installed, but doesn't include CPU backend.")
+        sys.stderr.write("Loading safetensors checkpoint shards: 100%\n")
+    try:
+        with engine_output(log):
+            os.write(1, b"before the error\n")
+            raise RuntimeError("engine failed")
+    except RuntimeError:
+        pass
+    print("after")
+    out, err = capfd.readouterr()
+    assert out == "after\n" and err == ""
+    text = log.read_text()
+    for line in ("NUMA binding", "Triton is installed", "checkpoint shards", "before the error"):
+        assert line in text
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "INFO")  # a user who asks for vLLM's lines sees them
+    with engine_output(log):
+        os.write(2, b"shown\n")
+    assert capfd.readouterr().err == "shown\n"

@@ -49,3 +49,10 @@ def test_the_suggested_set_renders_the_instruction_after_the_prompt(asks):
 def test_a_task_without_a_format_gets_a_plain_hint():
     said = AnswerWatch("mine", "", "plain").see(row(20, 1.0))
     assert "make the prompt ask for what the verifier reads" in said and "--set" not in said
+
+
+def test_a_prompt_that_asks_already_is_told_the_model_does_not_follow():
+    watch = AnswerWatch("math", BOXED, "chat", prompt=f"<user>What is 2 + 3?\n{BOXED}<assistant>")
+    said = watch.see({**row(20, 1.0), "truncated_frac": 0.5})
+    assert "the prompt asks for it, but the model does not write it (50% of the responses hit max_response_len)" in said
+    assert "--set" not in said
