@@ -90,13 +90,11 @@ def parse_scores(reply: str, n: int) -> list[float]:
         raise JudgeError("unparseable reply")
     if len(values) != n:
         raise JudgeError("wrong number of scores")
-    try:
-        scores = [float(v) for v in values]
-    except (TypeError, ValueError):
-        raise JudgeError("non-numeric score") from None
-    if any(not math.isfinite(s) or not 0 <= s <= MAX_SCORE for s in scores):
+    if any(isinstance(v, bool) or not isinstance(v, int | float) for v in values):  # true is no 1, "5" no 5
+        raise JudgeError("non-numeric score")
+    if any(not (0 <= v <= MAX_SCORE) for v in values):  # NaN fails both; a 400-digit int is compared, never floated
         raise JudgeError("score out of range")
-    return scores
+    return [float(v) for v in values]
 
 
 class OpenAIJudge:

@@ -92,6 +92,26 @@ def test_parse_scores_finds_the_json_anywhere_and_checks_it():
         parse_scores('{"scores": [-1, 3]}', 2)
 
 
+@pytest.mark.parametrize(
+    "reply, match",
+    [
+        ("[true, false]", "non-numeric"),  # found: taken as 1 and 0
+        ('{"scores": [1, true]}', "non-numeric"),
+        ('["5", 3]', "non-numeric"),  # a string is not a score, even one that reads as a number
+        ("[1" + "0" * 400 + ", 3]", "out of range"),  # found: float() of a 400-digit int raised OverflowError
+        ("[NaN, 3]", "out of range"),
+        ("[1e400, 3]", "out of range"),
+        ("[-0.5, 3]", "out of range"),
+        ("[10.5, 3]", "out of range"),
+        ("[null, 3]", "non-numeric"),
+        ("[[1], 3]", "wrong number of scores"),  # the list inside is the one read
+    ],
+)
+def test_a_hostile_score_is_a_judge_error_never_a_number(reply, match):
+    with pytest.raises(JudgeError, match=match):
+        parse_scores(reply, 2)
+
+
 def test_the_prompt_template_numbers_the_steps_and_can_be_replaced(tmp_path):
     text = judge_prompt("What is 2+2?", "ctx", ["a", "b"])
     assert "What is 2+2?" in text and "[1] a\n[2] b" in text and "2 steps" in text
@@ -165,6 +185,8 @@ def _hostile_cases():
         "malformed JSON": lambda s: response("[" * 100_000 + "]" * 100_000),
         "malformed JSON ": lambda s: response("[1, 2, 3]"),
         "reply without choices": lambda s: response('{"choices": [{"message": {"content": {"x": 1}}}]}'),
+        "non-numeric score": lambda s: response(good.replace("[1, 2, 3]", "[true, false, true]")),
+        "score out of range": lambda s: response(good.replace("[1, 2, 3]", "[1" + "0" * 400 + ", 2, 3]")),
     }
 
 

@@ -391,6 +391,8 @@ def _probe_cases():
         "bad status line": lambda s: [b"HTTP/1.1 ABC\r\n\r\n"],
         "long header": lambda s: [b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 100_000 + b"\r\n\r\n{}"],
         "endless body": endless_chunks,
+        "400-digit log-prob": lambda s: response(_completion(good).replace("-0.1", "-1" + "0" * 400)),
+        "bool log-prob": lambda s: response(_completion(good).replace("-0.1", "false")),
         "negative cached count": lambda s: response(json.dumps({**json.loads(_completion(good)),
                                                             "usage": {"prompt_tokens_details": {"cached_tokens": -4}}})),
     }
@@ -409,6 +411,8 @@ _probe_reasons = {
     "bad status line": "Bad status line",
     "long header": "Got more than",
     "endless body": "a reply over 8388608 bytes",
+    "400-digit log-prob": "a 401-digit integer as a log-prob",
+    "bool log-prob": "False as a log-prob",
     "negative cached count": "reports -4 cached tokens",
 }
 

@@ -69,6 +69,8 @@ def _id(value) -> int:
 
 
 def _logprob(value) -> float:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**64:  # no float: an OverflowError
+        raise ProbeError(f"the server returned a {len(str(abs(value)))}-digit integer as a log-prob")
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ProbeError(f"the server returned {value!r} as a log-prob")
     return float(value)
