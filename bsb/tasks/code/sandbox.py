@@ -22,11 +22,12 @@ root          with the namespaces: the run's own root file system (``sandbox_lau
               tmpfs with ``/usr`` (and its links), ``/etc/ld.so.cache`` and four ``/dev`` nodes bound read-only,
               a fresh ``/proc``; no ``/sys``, ``/run``, ``/var``, ``/etc``, ``/home`` or any other host path, so no
               host socket, lock file, data file (the task's own problem files included) or layout is reachable;
-              ``/tmp/work`` is a ``nosuid,nodev`` tmpfs of ``disk_mb`` (the run's disk quota)
+              ``/tmp/work`` is a ``nosuid,nodev`` tmpfs of ``disk_mb`` and ``64 × disk_mb`` files (the run's
+              disk quota: a full one ends the run as ``disk``; empty files for ever would fill its memory with inodes)
 keyring       a fresh session keyring (the caller's keys are not the program's)
 seccomp       a filter of system calls (:mod:`bsb.tasks.code.sandbox_seccomp`): no key can be made or read (no run
               leaves a key behind or sees another's), no new namespace (``unshare -U`` fails), no ptrace, no
-              mount
+              mount, no socket but ``AF_UNIX`` (no ``AF_VSOCK`` to the hypervisor host, no netlink)
 cgroup        as root where a cgroup is writable (:mod:`bsb.tasks.code.sandbox_cgroup`; v2, else v1): a leaf per run
               bounds the memory (swap included) and the processes of all its processes together: a program that
               forks holds ``memory_mb`` in all, not per child
@@ -70,7 +71,8 @@ from bsb.tasks.code.sandbox_cgroup import available as cgroup_kind
 from bsb.tasks.code.sandbox_launch import SYS_KEYCTL
 from bsb.tasks.code.sandbox_sweep import FOLDER, owner_tag, sweep_folders
 
-STATUSES = ("ok", "error", "timeout", "memory", "output_limit", "killed")
+STATUSES = ("ok", "error", "timeout", "memory", "disk", "output_limit", "killed")
+FILES_PER_MB = 64  # the run's tmpfs holds disk_mb × this many files: empty files cost inodes, not bytes
 # a run in its own PID, network, mount, IPC and UTS namespaces, killed with its launcher, with its own /proc
 UNSHARE = ("unshare", "--pid", "--net", "--mount", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc")
 LAUNCHER = Path(__file__).with_name("sandbox_launch.py")
@@ -235,6 +237,7 @@ def run_program(
             isolate=avail["namespaces"],  # the run's own read-only root (sandbox_launch.build_root)
             prefix=_prefix(sandbox_python()),
             disk_mb=int(disk_mb),
+            files=int(disk_mb) * FILES_PER_MB,
             seccomp=_filter_hex(),
             caller=os.getpid(),
         )
@@ -248,6 +251,9 @@ def run_program(
             result = _supervise(cmd, stdin_bytes, timeout_s, output_limit, str(work), json.dumps(spec))
             if group.out_of_memory() and result.status in ("killed", "error"):
                 result = dataclasses.replace(result, status="memory", reason=f"memory limit ({memory_mb} MB a run)")
+            elif result.status == "disk":
+                why = f"disk limit ({disk_mb} MB, {disk_mb * FILES_PER_MB} files a run)"
+                result = dataclasses.replace(result, reason=why)
             return dataclasses.replace(result, memory_peak_mb=group.peak_mb())
         finally:
             group.close()
@@ -376,6 +382,8 @@ def _verdict(code: int, stdout: str, stderr: str, wall: float) -> SandboxResult:
     tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
     if "MemoryError" in tail or "Cannot allocate memory" in stderr:
         return SandboxResult("memory", code, stdout, stderr, "memory limit", wall)
+    if "No space left on device" in tail or "Disk quota exceeded" in tail:  # the run's tmpfs: bytes or files
+        return SandboxResult("disk", code, stdout, stderr, "disk limit", wall)
     return SandboxResult(
         "error", code, stdout, stderr, tail or f"exit code {code}", wall
     )  # 125: the launcher's own failure

@@ -140,8 +140,9 @@ class RunCgroup:
                 if self.kind == "v2" and (d / "memory.events").exists():
                     events = dict(line.split() for line in (d / "memory.events").read_text().splitlines())
                     return int(events.get("oom_kill", 0)) > 0 or int(events.get("max", 0)) > 0
-                if (d / "memory.failcnt").exists():
-                    return int((d / "memory.failcnt").read_text()) > 0
+                if (d / "memory.failcnt").exists():  # v1: an OOM kill leaves failcnt at 0; oom_control counts it
+                    oom = dict(line.split() for line in (d / "memory.oom_control").read_text().splitlines())
+                    return int((d / "memory.failcnt").read_text()) > 0 or int(oom.get("oom_kill", 0)) > 0
             except (OSError, ValueError):
                 return False
         return False

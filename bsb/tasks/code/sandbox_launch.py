@@ -10,8 +10,8 @@ directories:
   interpreter's own prefix where it lives elsewhere, and ``/etc/ld.so.cache`` bound read-only, ``nosuid,nodev``;
 * ``/dev`` with ``null``, ``zero``, ``random`` and ``urandom`` only; a fresh ``/proc`` of the PID namespace; no
   ``/sys``, ``/run``, ``/var``, ``/home`` or ``/etc``: no host sockets, locks, data files or layout to find;
-* ``/tmp/work``, the run's directory, a tmpfs of ``disk_mb`` (``nosuid,nodev``) holding a copy of the program: the
-  run's disk quota, gone with the run.
+* ``/tmp/work``, the run's directory, a tmpfs of ``disk_mb`` and ``files`` inodes (``nosuid,nodev``) holding a copy
+  of the program: the run's disk quota, gone with the run.
 
 Then it forks; the child joins a fresh session keyring, sets the rlimits, drops to the sandbox uid (no groups,
 ``no_new_privs``), installs the seccomp filter (:mod:`bsb.tasks.code.sandbox_seccomp`, handed over in the spec),
@@ -121,7 +121,14 @@ def build_root(libc, spec: dict, program: bytes) -> None:
         _mount(libc, f"/dev/{name}", f"{new}/dev/{name}", None, MS_BIND)
     os.mkdir(new + "/proc")
     os.makedirs(new + VISIBLE)
-    _mount(libc, "tmpfs", new + VISIBLE, "tmpfs", MS_NOSUID | MS_NODEV, f"size={spec['disk_mb']}m,mode=0700")
+    _mount(
+        libc,
+        "tmpfs",
+        new + VISIBLE,
+        "tmpfs",
+        MS_NOSUID | MS_NODEV,
+        f"size={spec['disk_mb']}m,nr_inodes={spec['files']},mode=0700",
+    )
     with open(new + VISIBLE + "/prog.py", "wb") as f:
         f.write(program)
     if spec["uid"] is not None:

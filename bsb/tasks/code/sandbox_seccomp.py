@@ -15,6 +15,10 @@ What it refuses, with ``EPERM`` (the program sees an ordinary failure and goes o
 * other processes: ``ptrace``, ``process_vm_readv`` / ``process_vm_writev``;
 * mounts: ``mount``, ``umount2``, ``pivot_root``, ``chroot`` and the new mount API (``open_tree``, ``move_mount``,
   ``fsopen``, ``fsconfig``, ``fsmount``, ``fspick``, ``mount_setattr``);
+* sockets of every family but ``AF_UNIX`` (``socket`` and ``socketpair``): no ``AF_VSOCK`` (the VM's port space,
+  shared with the hypervisor host, which no network namespace closes), ``AF_INET*``, ``AF_NETLINK``, ``AF_PACKET``,
+  ``AF_ALG``. ``AF_UNIX`` stays (``multiprocessing`` needs it); the run's network namespace holds its abstract names
+  and its own root its paths, so it reaches nothing outside the run;
 * kernel attack surface a program never needs: ``bpf``, ``perf_event_open``, ``userfaultfd``, ``io_uring_*``,
   ``open_by_handle_at`` / ``name_to_handle_at``.
 
@@ -67,6 +71,9 @@ REFUSED = {
 KEYCTL = (250, 219)
 CLONE = (56, 220)
 CLONE3 = (435, 435)
+SOCKET = (41, 198)
+SOCKETPAIR = (53, 199)
+AF_UNIX = 1
 KEYCTL_GET_KEYRING_ID = 0
 CLONE_NEW = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 
@@ -113,6 +120,8 @@ def filter_program(machine: str | None = None) -> bytes:
         (JEQ_K, CLONE3[col], "enosys", None),
         (JEQ_K, KEYCTL[col], "keyctl", None),
         (JEQ_K, CLONE[col], "clone", None),
+        (JEQ_K, SOCKET[col], "socket", None),
+        (JEQ_K, SOCKETPAIR[col], "socket", None),
         (RET_K, RET_ALLOW, None, None),
         "keyctl",
         (LD_W_ABS, ARG0_LO, None, None),
@@ -122,6 +131,9 @@ def filter_program(machine: str | None = None) -> bytes:
         "clone",
         (LD_W_ABS, ARG0_LO, None, None),
         (JSET_K, CLONE_NEW, "eperm", "allow"),
+        "socket",
+        (LD_W_ABS, ARG0_LO, None, None),  # the family, an int to the kernel: the low word is all it reads
+        (JEQ_K, AF_UNIX, "allow", "eperm"),
         "allow",
         (RET_K, RET_ALLOW, None, None),
         "eperm",
