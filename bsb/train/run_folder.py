@@ -120,11 +120,9 @@ def weight_steps(run: Path) -> list[int]:
 
 
 def drop_weights_after(run: Path, step: int) -> None:
-    """On resume from ``step``: the kept weights of later steps belong to the run that is discarded; a ``best``
-    interrupted mid-swap (only ``best.old`` left) is put back first."""
+    """On resume from ``step``: the kept weights of later steps belong to the run that is discarded (a ``best``
+    interrupted mid-swap was put back by :func:`drop_leftovers`)."""
     run = Path(run)
-    if not (run / "best").exists() and (run / "best.old" / BEST_NOTE).exists():
-        os.replace(run / "best.old", run / "best")
     for s in weight_steps(run):
         if s > step:
             shutil.rmtree(run / "weights" / f"step-{s}", ignore_errors=True)
@@ -176,8 +174,7 @@ def _folder_bytes(folder: Path) -> int:
 def swap_in(tmp: Path, dest: Path) -> None:
     """``tmp``, a file or folder written beside ``dest``, becomes ``dest``: a file by one atomic rename; a folder by
     renaming ``dest`` to ``dest.old``, then ``tmp`` to ``dest``, then removing the old one. A crash between the two
-    renames leaves ``dest.old`` and no ``dest`` (:func:`recover_checkpoint`, :func:`drop_weights_after` put it
-    back)."""
+    renames leaves ``dest.old`` and no ``dest`` (:func:`recover_checkpoint`, :func:`drop_leftovers` put it back)."""
     if not tmp.is_dir():
         os.replace(tmp, dest)
         return
@@ -210,6 +207,34 @@ def recover_checkpoint(out: Path) -> str:
             log.warning("recovered %s from %s (a run stopped while saving)", ckpt, source.name)
             return source.name
     return ""
+
+
+def _complete(folder: Path) -> bool:
+    """A checkpoint (its ``state.json`` is written last) or a Hugging Face folder (``config.json``)."""
+    return (folder / "state.json").exists() or (folder / "config.json").exists()
+
+
+def drop_leftovers(out: Path) -> list[str]:
+    """What a kill inside a save or an export (:func:`swap_in`) left in the run folder, after
+    :func:`recover_checkpoint`: an ``X.old`` whose ``X`` is missing is put back when complete; every other ``X.old``,
+    ``X.tmp`` and ``X.part`` (half-written, or replaced) goes. Links are removed, never followed. Returns the names."""
+    gone = []
+    for parent in (out, out / "weights"):
+        if parent.is_symlink() or not parent.is_dir():
+            continue
+        for entry in list(os.scandir(parent)):
+            path = Path(entry.path)
+            stem, dot, kind = entry.name.rpartition(".")
+            if not dot or kind not in ("old", "tmp", "part"):
+                continue
+            folder = entry.is_dir(follow_symlinks=False)
+            if kind == "old" and folder and not (parent / stem).exists() and _complete(path):
+                os.replace(path, parent / stem)
+                log.warning("put back %s from %s (a run stopped while swapping it in)", parent / stem, entry.name)
+                continue
+            shutil.rmtree(path) if folder else path.unlink()
+            gone.append(str(path.relative_to(out)))
+    return gone
 
 
 def metric_rows(path: Path) -> list[str]:
@@ -250,6 +275,7 @@ class RunFolder:
             self.lock = RunLock(self.out)  # one trainer process a folder: a second is an error naming the first's pid
             weakref.finalize(self, self.lock.release)  # a trainer that fails to build lets the folder go
             recover_checkpoint(self.out)  # a crash inside save() must not turn into a silent restart at step 0
+            drop_leftovers(self.out)  # and leaves no .old / .tmp / .part behind
         world.barrier()
 
     # ------------------------------------------------------------ resume

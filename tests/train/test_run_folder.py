@@ -188,3 +188,53 @@ def test_a_figure_path_without_a_suffix_gets_png_and_a_folder_is_an_error(tmp_pa
     assert written == tmp_path / "bars.png" and written.exists()
     with pytest.raises(IsADirectoryError, match="is a folder"):
         bar_chart(tmp_path, {"a": 1.0}, ylabel="E")
+
+
+def _kill_points():
+    """The folder a kill leaves at each point of a save (checkpoint) or an export (best/, weights/step-S, final/)."""
+
+    def copy(src, dst):
+        return lambda out: shutil.copytree(out / src, out / dst)
+
+    def both(*steps):
+        return lambda out: [step(out) for step in steps]
+
+    def move(src, dst):
+        return lambda out: (out / src).rename(out / dst)
+
+    def empty(name):
+        return lambda out: (out / name).mkdir(parents=True)
+
+    best = both(copy("final", "best.tmp"), lambda out: (out / "best.tmp" / "bsb_best.json").write_text(
+        json.dumps({"step": 2, "val_accuracy": 0.5})))
+    return {
+        "writing checkpoint.tmp": empty("checkpoint.tmp"),
+        "checkpoint.tmp complete, not yet swapped": copy("checkpoint", "checkpoint.tmp"),
+        "between the checkpoint's two renames": both(copy("checkpoint", "checkpoint.old"),
+                                                     move("checkpoint", "checkpoint.tmp")),
+        "swapped, checkpoint.old not yet removed": copy("checkpoint", "checkpoint.old"),
+        "writing best.tmp": empty("best.tmp"),
+        "between best's two renames": both(best, move("best.tmp", "best.old")),
+        "best swapped, best.old not yet removed": both(best, move("best.tmp", "best"), copy("best", "best.old")),
+        "weights/step-2 swapped, its .old not yet removed": both(copy("final", "weights/step-2"),
+                                                                 copy("final", "weights/step-2.old")),
+        "writing weights/step-2.tmp": empty("weights/step-2.tmp"),
+        "writing final.tmp": empty("final.tmp"),
+        "writing metrics.jsonl.part": lambda out: (out / "metrics.jsonl.part").write_text('{"step": 3'),
+        "a link named like a leftover": lambda out: (out / "final.tmp").symlink_to(out.parent),
+    }
+
+
+@pytest.mark.parametrize("point", list(_kill_points()))
+def test_a_kill_at_any_point_of_a_save_leaves_nothing_once_the_next_run_starts(run, point):
+    """Found: a kill between the two renames of a checkpoint save left checkpoint.old behind after the rerun (and a
+    kill inside an export its .tmp or .old). The next run puts back what is missing and removes the rest."""
+    model, out = run
+    _kill_points()[point](out)
+    resumed = Trainer(config(model, out, steps=3))
+    left = [str(p.relative_to(out)) for p in out.rglob("*") if p.name.endswith((".old", ".tmp", ".part"))]
+    assert left == [] and resumed.step == 2 and (out / "checkpoint" / "state.json").exists()
+    if point in ("between best's two renames", "best swapped, best.old not yet removed"):  # the complete one stays
+        assert json.loads((out / "best" / "bsb_best.json").read_text())["step"] == 2
+    if point == "a link named like a leftover":
+        assert out.parent.is_dir() and any(out.parent.iterdir())  # the link went, not what it points to
