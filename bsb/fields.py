@@ -46,6 +46,15 @@ def help_field(
     return field(default=default, metadata=meta)
 
 
+def with_default(cls, name: str, default):
+    """The field ``name`` of the dataclass ``cls`` with another default and the same help and facts: a subclass that
+    needs its own default redeclares nothing else."""
+    import dataclasses
+
+    meta = next(f for f in dataclasses.fields(cls) if f.name == name).metadata
+    return field(default=default, metadata=meta)
+
+
 def named(cls, fact: str) -> tuple[str, ...]:
     """The names of the fields of the dataclass ``cls`` that carry ``fact`` (e.g. ``resume_safe``), in field order."""
     import dataclasses

@@ -23,16 +23,18 @@ from bsb.fields import check_values, named
 from bsb.fields import help_field as _f
 from bsb.registry import import_plugins
 from bsb.tasks.prompting import PromptConfig
-from bsb.train.advantages import ADVANTAGES, GRPO_STDS
+from bsb.train.advantages import ADVANTAGES
 from bsb.train.loss import LOSS_AGGS, LOSSES
 from bsb.train.samplers import EARLY_EOS_RULES
 from bsb.train.trackers import tracker_names, tracker_problems
+from bsb.train.tree_options import CreditOptions, TreeOptions
 
 
 @dataclass
-class TrainConfig(ProbeConfig, PromptConfig):
-    """``bsb train``'s options: the probe and candidate options of :class:`~bsb.engine.probe.ProbeConfig` and the
-    prompt options of :class:`~bsb.tasks.prompting.PromptConfig` (both inherited, flat) and the fields below."""
+class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
+    """``bsb train``'s options: the probe and candidate options of :class:`~bsb.engine.probe.ProbeConfig`, the prompt
+    options of :class:`~bsb.tasks.prompting.PromptConfig`, the tree's and the credit's options
+    (:mod:`bsb.train.tree_options`, shared with verl's ``bsb:`` section), all inherited, flat, and the fields below."""
 
     # --- model and task
     model: str = _f(
@@ -71,10 +73,6 @@ class TrainConfig(ProbeConfig, PromptConfig):
         "tree ([Fork]) | two_stage ([TwoStage] §4.2) | flat (GRPO groups)",
         choices=("tree", "two_stage", "flat"),
     )
-    chains: int = _f(
-        4, "M root chains per prompt (tree); K roots (two_stage); group size M(1+k) for flat", ge=1, size_limit=4096
-    )
-    siblings: int = _f(2, "k continuations per fork (tree); B branches per root (two_stage)", ge=1, size_limit=4096)
     bifurcate_after_active: int = _f(
         0,
         "[TwoStage]'s flat warm-up: flat groups until this many active steps have passed, then "
@@ -87,7 +85,6 @@ class TrainConfig(ProbeConfig, PromptConfig):
         + ", ".join(n for n, c in SELECTORS.items() if c.trainable)
         + ", or package.module:Class",
     )
-    max_refills: int = _f(2, "refill rounds for chains that cannot fork", size_limit=1000)
     two_stage_t_min: int = _f(96, "T_min of the causal newline stop (two_stage)")
     two_stage_t_max: int = _f(160, "T_max, the stage-1 length and latest stop (two_stage)")
     early_eos: str = _f(
@@ -100,8 +97,6 @@ class TrainConfig(ProbeConfig, PromptConfig):
     temperature: float = _f(1.0, "rollout sampling temperature", gt=0)
     top_p: float = _f(1.0, "rollout nucleus", gt=0, le=1)
     # --- reward and keeping
-    overlong_buffer: int = _f(16, "DAPO soft overlong buffer in tokens; 0: off")
-    overlong_factor: float = _f(1.0, "DAPO overlong penalty factor")
     dynamic_sampling: bool = _f(True, "DAPO dynamic sampling: train only groups whose outcomes differ")
     keep_by: str = _f(
         "accuracy",
@@ -114,20 +109,7 @@ class TrainConfig(ProbeConfig, PromptConfig):
         "treerl",
         "treerl (Eq. 7) | treerl_released (TreeRL's released code, not Eq. 7) | grpo | prefix_credit ([TwoStage] §4.3)",
     )
-    grpo_std: str = _f(
-        "population",
-        "σ_R of grpo and prefix_credit: population | sample (Bessel-corrected, as verl's and TRL's GRPO)",
-        choices=GRPO_STDS,
-    )
     subsegments: bool = _f(False, "TreeRL: subdivide segment advantages width-proportionally at line breaks")
-    prefix_beta: float = _f(0.0, "prefix_credit: max-backup bonus β (0.25 in [TwoStage]'s bonus arms)")
-    prefix_alpha: float = _f(0.5, "prefix_credit: continuation mix α")
-    clamped_prefix: bool = _f(
-        False, "prefix_credit: [TwoStage]'s one-sided prefix clamping (Proposition 3; an ablation that fails)"
-    )
-    zero_cont_token_mass: bool = _f(
-        False, "[TwoStage] Arm 11: centre continuation advantages to zero signed token mass per question"
-    )
     loss: str = _f("composite", "composite (PPO clip, token-mean) | flat (sequence-summed log-probs, [TwoStage])")
     loss_agg: str = _f(
         "token-mean",
@@ -409,16 +391,21 @@ def _lookup(registry, name):
         return None, str(err)
 
 
+# each inherited group follows the field it belongs beside
+_GROUPS = {"task_options": PromptConfig, "rollout": TreeOptions, "selector": ProbeConfig, "advantage": CreditOptions}
+
+
 def _fields() -> list[dataclasses.Field]:
     """TrainConfig's fields in the order a reader expects (model and task first, the prompt options after the task's,
-    the probe options beside the selector), not the dataclass order (inherited fields first)."""
-    probe, prompt = dataclasses.fields(ProbeConfig), dataclasses.fields(PromptConfig)
-    inherited = {f.name for f in (*probe, *prompt)}
-    own = [f for f in dataclasses.fields(TrainConfig) if f.name not in inherited]
-    at = next(i for i, f in enumerate(own) if f.name == "task_options") + 1
-    own = own[:at] + list(prompt) + own[at:]
-    at = next(i for i, f in enumerate(own) if f.name == "selector") + 1
-    return own[:at] + list(probe) + own[at:]
+    the tree's after the rollout, the probe options beside the selector, the credit's after the advantage), not the
+    dataclass order (inherited fields first)."""
+    inherited = {f.name for cls in _GROUPS.values() for f in dataclasses.fields(cls)}
+    out = []
+    for f in dataclasses.fields(TrainConfig):
+        if f.name not in inherited:
+            out.append(f)
+            out += dataclasses.fields(_GROUPS[f.name]) if f.name in _GROUPS else ()
+    return out
 
 
 def _coerce(name: str, hint, value):

@@ -40,7 +40,8 @@ def test_demo_rejects_bad_arguments(capsys):
 
 
 @pytest.mark.parametrize("override, message", [("siblings=0", "siblings"), ("selector=nope", "unknown selector"),
-                                               ("learning_rate=1", "unknown config field"), ("model=/nonexistent", "config.json")])
+                                               ("learning_rate=1", "unknown config field"), ("model=/nonexistent", "config.json"),
+                                               ("prefix_alpha=2", "prefix_alpha must be in [0, 1], got 2")])
 def test_train_rejects_a_config_that_cannot_run(override, message, capsys):
     with pytest.raises(SystemExit):
         main(["train", "--set", override])

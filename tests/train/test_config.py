@@ -60,8 +60,34 @@ def test_a_run_folder_keeps_its_name():
     (dict(gen_prompts=4, prompts_per_step=8), r"gen_prompts \(4\) must be >= prompts_per_step \(8\)"),
     (dict(rollout="two_stage", two_stage_t_max=300), "two_stage needs 1 <= two_stage_t_min"),
     (dict(overlong_buffer=300), r"overlong_buffer must be in \[0, max_response_len\]"),
+    (dict(prefix_alpha=2.0), r"prefix_alpha must be in \[0, 1\], got 2.0"),  # found: accepted, failed at the update
+    (dict(prefix_beta=-0.5), r"prefix_beta must be in \[0, 1\], got -0.5"),
+    (dict(overlong_factor=-1.0), "overlong_factor must be >= 0, got -1.0"),
+    (dict(max_refills=-1), "max_refills must be >= 0, got -1"),
 ])
 def test_each_bad_value_is_one_invalid_config_error(kw, message):
     with pytest.raises(ValueError, match="^invalid config: .*" + message) as err:
         TrainConfig(**kw)
     assert err.value.__cause__ is None and "\n" not in str(err.value)
+
+
+SHARED_WITH_VERL = ["chains", "siblings", "max_refills", "overlong_buffer", "overlong_factor", "grpo_std", "prefix_beta",
+                    "prefix_alpha", "clamped_prefix", "zero_cont_token_mass"]
+
+
+def test_the_tree_and_credit_options_are_one_declaration_with_verls():
+    """Found: declared twice, prefix_alpha had no bounds in bsb train and [0, 1] in verl (and other facts differed)."""
+    from bsb.integrations.verl.settings import BsbSettings
+    from bsb.train.tree_options import CreditOptions, TreeOptions
+
+    assert [f.name for cls in (TreeOptions, CreditOptions) for f in dataclasses.fields(cls)] == SHARED_WITH_VERL
+    train = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    verl = {f.name: f for f in dataclasses.fields(BsbSettings)}
+    for name in SHARED_WITH_VERL:
+        assert train[name].metadata == verl[name].metadata, name  # help, choices, bounds, size limit: one fact each
+        assert train[name].default == verl[name].default or name == "overlong_buffer", name  # verl's default 0
+    for bad in (dict(prefix_alpha=2.0), dict(max_refills=-1), dict(overlong_factor=-1.0), dict(chains=5000)):
+        name = next(iter(bad))
+        with pytest.raises(ValueError, match=name):
+            TrainConfig(**bad)
+        assert any(p.startswith(f"bsb.{name}") for p in BsbSettings(**bad).problems()), bad

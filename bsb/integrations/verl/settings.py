@@ -16,10 +16,10 @@ from bsb.engine.boundaries import MIN_FORK_TOKENS, MIN_TAIL
 from bsb.engine.probe import ProbeConfig
 from bsb.engine.selectors import SELECTORS
 from bsb.fields import help_field as _f
-from bsb.fields import value_problems
+from bsb.fields import value_problems, with_default
 from bsb.integrations.verl.server_backend import ServerBackend
-from bsb.train.advantages import GRPO_STDS
 from bsb.train.rollout import TreeConfig
+from bsb.train.tree_options import CreditOptions, TreeOptions
 
 
 def _why_not(selector) -> str:
@@ -48,31 +48,21 @@ class VerlConfigError(ValueError):
 
 
 @dataclass
-class BsbSettings(ProbeConfig):
+class BsbSettings(ProbeConfig, TreeOptions, CreditOptions):
     """bsb's options under ``bsb:`` in the verl config (the paper's App. A defaults): the probe and candidate options
-    of :class:`~bsb.engine.probe.ProbeConfig` (``bsb.top_k``, ``bsb.read_len``, ...) and the fields below."""
+    of :class:`~bsb.engine.probe.ProbeConfig` (``bsb.top_k``, ``bsb.read_len``, ...), the tree's and the credit's
+    (:mod:`bsb.train.tree_options`, shared with ``bsb train``: the same bounds, help and names) and the fields below."""
 
     task: str = _f("math", "a bsb task name or package.module:Class: the verifier, probe suffix and L")
     task_options: dict = _f({}, "the task's options")
     selector: str = _f("probe_js", "one of SERVER_SELECTORS")
-    chains: int = _f(4, "M, root chains per prompt")
-    siblings: int = _f(2, "k, continuations per fork")
-    max_refills: int = _f(2, "rounds of fresh roots for chains that cannot fork", ge=0)
     probe_endpoint: str = _f(
         "completions",
         "completions (rides the prefix cache) | prompt_logprobs (fallback, skips it)",
         choices=PROBE_ENDPOINTS,
     )
     probe_timeout_s: float = _f(120.0, "seconds a probe request may take", gt=0)
-    overlong_buffer: int = _f(0, "DAPO's soft overlong penalty buffer in tokens (0: off)", ge=0)
-    overlong_factor: float = _f(1.0, "DAPO's overlong penalty factor", ge=0)
-    prefix_beta: float = _f(0.0, "bsb_prefix_credit: max-backup bonus β", ge=0, le=1)
-    prefix_alpha: float = _f(0.5, "bsb_prefix_credit: continuation mix α", ge=0, le=1)
-    clamped_prefix: bool = _f(False, "bsb_prefix_credit: one-sided prefix clamping")
-    grpo_std: str = _f(
-        "population", "bsb_prefix_credit's σ_R: population | sample (bsb train's grpo_std)", choices=GRPO_STDS
-    )
-    zero_cont_token_mass: bool = _f(False, "centre continuation advantages to zero signed token mass")
+    overlong_buffer: int = with_default(CreditOptions, "overlong_buffer", 0)  # verl's reward manager may own it
     seed: int = _f(0, "base seed of roots, probes and siblings (each tree derives its own from its uid)")
     threads: int = _f(64, "trees built at once per agent-loop worker (each waits on the servers in a thread)", ge=1)
 
