@@ -16,12 +16,12 @@ tensor per leaf, of the leaf's response length: the advantage of each response t
   ``c [2 (R − V̄) − (V_p − V̄) / sqrt(|L_p|)]`` where Eq. 7 gives ``(R − V̄) + (R − V_p)``. For reproducing numbers
   from TreeRL's scripts; Eq. 7 is the paper's and the default.
 * :func:`grpo_advantages`, the flat chain baseline: ``(R − R̄) / (σ_R + 1e-4)`` on every token, σ_R the population
-  standard deviation of the group's rewards (``std="population"``, bsb's default) or the sample one (``"sample"``,
+  standard deviation of the group's rewards (``grpo_std="population"``, bsb's default) or the sample one (``"sample"``,
   Bessel-corrected, as verl's and TRL's GRPO).
 * :func:`prefix_credit_advantages`, [TwoStage] §4.3: for a group k with a shared prefix,
   ``A_prefix = (Ṽ_k − R̄)/(σ_R + 1e-4)`` with ``Ṽ_k = (1 − β) V̂_k + β M_k`` (descendant mean V̂, max backup M),
   and ``A_cont = ((1 − α)(R − R̄) + α (R − V̂_k))/(σ_R + 1e-4)`` on the continuation; a group with no shared
-  prefix gets plain leaf credit ``(R − R̄)/(σ_R + 1e-4)`` on all tokens. ``clamped=True`` is [TwoStage]'s one-sided
+  prefix gets plain leaf credit ``(R − R̄)/(σ_R + 1e-4)`` on all tokens. ``clamped_prefix`` is [TwoStage]'s one-sided
   prefix clamping (``--clamped-prefix``, Proposition 3): in a group whose leaves disagree, a winning leaf (R = M_k)
   keeps its own credit ``(R − R̄)/(σ_R + 1e-4)`` on the shared prefix and a losing leaf's prefix credit is clamped
   to ``max(0, (Ṽ_k − R̄)/(σ_R + 1e-4))``; the paper shows the net prefix weight is then positive for all R̄ < 1.
@@ -37,6 +37,7 @@ import torch
 
 from bsb.registry import Registry
 from bsb.train.tree import PromptTree
+from bsb.train.tree_options import GRPO_STDS, CreditOptions
 
 STD_EPS = 1e-4  # [TwoStage]'s σ_R + 1e-4
 
@@ -111,9 +112,6 @@ def _subsegments(tree: PromptTree, out: list[torch.Tensor], newline_mask: torch.
     return out
 
 
-GRPO_STDS = ("population", "sample")
-
-
 def _mean_std(rewards: list[float], std: str = "population") -> tuple[float, float]:
     if std not in GRPO_STDS:
         raise ValueError(f"grpo_std must be one of {', '.join(GRPO_STDS)}, got {std!r}")
@@ -186,8 +184,9 @@ def _an_estimator(obj) -> str:
     return "" if callable(obj) and not isinstance(obj, type) else "not a function tree -> per-leaf advantages"
 
 
-# An estimator is ``fn(tree, *, newline_mask, beta, alpha, subsegments, clamped, std) -> [Tensor per leaf]``; one of
-# yours registers with ``@ADVANTAGES.register("name")`` and takes ``**options`` for the options it does not read.
+# An estimator is ``fn(tree, *, newline_mask, subsegments, options) -> [Tensor per leaf]``, ``options`` a
+# :class:`~bsb.train.tree_options.CreditOptions` (``options.prefix_beta``, ``options.grpo_std``, ...: the config's
+# names); one of yours registers with ``@ADVANTAGES.register("name")`` and takes ``**_`` for what it does not read.
 ADVANTAGES: Registry = Registry("advantage", _an_estimator, noun="function")
 
 
@@ -202,32 +201,27 @@ def _treerl_released(tree: PromptTree, *, newline_mask=None, subsegments: bool =
 
 
 @ADVANTAGES.register("grpo")
-def _grpo(tree: PromptTree, *, std: str = "population", **_) -> list[torch.Tensor]:
-    return grpo_advantages(tree, std)
+def _grpo(tree: PromptTree, *, options: CreditOptions, **_) -> list[torch.Tensor]:
+    return grpo_advantages(tree, options.grpo_std)
 
 
 @ADVANTAGES.register("prefix_credit")
-def _prefix_credit(
-    tree: PromptTree, *, beta: float = 0.0, alpha: float = 0.5, clamped: bool = False, std: str = "population", **_
-) -> list[torch.Tensor]:
-    return prefix_credit_advantages(tree, beta, alpha, clamped, std)
+def _prefix_credit(tree: PromptTree, *, options: CreditOptions, **_) -> list[torch.Tensor]:
+    o = options
+    return prefix_credit_advantages(tree, o.prefix_beta, o.prefix_alpha, o.clamped_prefix, o.grpo_std)
 
 
 def advantages(
     tree: PromptTree,
     kind: str,
     newline_mask: torch.Tensor | None = None,
-    beta: float = 0.0,
-    alpha: float = 0.5,
+    options: CreditOptions | None = None,
     subsegments: bool = False,
-    clamped: bool = False,
-    zero_cont_mass: bool = False,
-    std: str = "population",
 ) -> list[torch.Tensor]:
-    """The estimator ``kind`` (registered in :data:`ADVANTAGES`, or ``package.module:function``); ``std``: the
-    standard deviation of the estimators that standardise (``grpo``, ``prefix_credit``); ``zero_cont_mass`` then
-    centres the continuations."""
-    out = ADVANTAGES.get(kind)(
-        tree, newline_mask=newline_mask, beta=beta, alpha=alpha, subsegments=subsegments, clamped=clamped, std=std
-    )
-    return zero_continuation_mass(tree, out) if zero_cont_mass else out
+    """The estimator ``kind`` (registered in :data:`ADVANTAGES`, or ``package.module:function``) with ``options``
+    (a :class:`~bsb.train.tree_options.CreditOptions`, or a config that inherits it; None: the defaults):
+    ``grpo_std`` for the estimators that standardise, the ``prefix_*`` options for ``prefix_credit``, and
+    ``zero_cont_token_mass`` then centres the continuations."""
+    options = CreditOptions() if options is None else options
+    out = ADVANTAGES.get(kind)(tree, newline_mask=newline_mask, subsegments=subsegments, options=options)
+    return zero_continuation_mass(tree, out) if options.zero_cont_token_mass else out

@@ -86,7 +86,7 @@ def generate_trees(
     that index, so a data-parallel rank's share grows the trees one process would)."""
     ids, golds = [p.id for p in problems], [p.answer for p in problems]
     if kind == "tree":
-        tcfg = TreeConfig(cfg.chains, cfg.siblings, cfg.max_response_len, cfg.temperature, cfg.top_p, cfg.max_refills)
+        tcfg = TreeConfig.of(cfg, cfg.max_response_len, cfg.temperature, cfg.top_p)
         trees, times = tree_rollout(
             prompts,
             ids,
@@ -167,17 +167,7 @@ def keep_groups(trees: Sequence[PromptTree], cfg: TrainConfig) -> list[PromptTre
 def advantage_rows(kept: Sequence[PromptTree], cfg: TrainConfig, newline: torch.Tensor) -> list[Row]:
     rows = []
     for q, tree in enumerate(kept):
-        advs = advantages(
-            tree,
-            cfg.advantage,
-            newline,
-            cfg.prefix_beta,
-            cfg.prefix_alpha,
-            cfg.subsegments,
-            cfg.clamped_prefix,
-            cfg.zero_cont_token_mass,
-            cfg.grpo_std,
-        )
+        advs = advantages(tree, cfg.advantage, newline, cfg, cfg.subsegments)  # cfg is a CreditOptions
         rows += [
             Row(leaf.prompt, leaf.response, a, q, leaf.group, leaf.prefix_len) for leaf, a in zip(tree.leaves, advs)
         ]

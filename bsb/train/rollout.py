@@ -23,6 +23,7 @@ from bsb.engine.boundaries import MIN_FORK_TOKENS, MIN_TAIL
 from bsb.engine.selectors import ChainInput, ForkChoice, Selector
 from bsb.train.seeds import derive
 from bsb.train.tree import Leaf, PromptTree
+from bsb.train.tree_options import TreeOptions
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,11 @@ class TreeConfig:
                 f"max_response must be >= {MIN_FORK_TOKENS} (a fork needs a prefix and a {MIN_TAIL}-token tail), "
                 f"got {self.max_response}"
             )
+
+    @classmethod
+    def of(cls, options: TreeOptions, max_response: int, temperature: float = 1.0, top_p: float = 1.0) -> TreeConfig:
+        """The tree a config's :class:`~bsb.train.tree_options.TreeOptions` asks for (``bsb train``'s or verl's)."""
+        return cls(options.chains, options.siblings, max_response, temperature, top_p, options.max_refills)
 
 
 @dataclass

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bsb.fields import help_field as _f
-from bsb.train.advantages import GRPO_STDS
+
+GRPO_STDS = ("population", "sample")  # σ_R of the estimators that standardise
 
 
 @dataclass
@@ -24,7 +25,8 @@ class TreeOptions:
 
 @dataclass
 class CreditOptions:
-    """How leaves' rewards become advantages: DAPO's overlong penalty and the estimators' options."""
+    """How leaves' rewards become advantages: DAPO's overlong penalty and the estimators' options, passed to every
+    estimator as this object (:func:`bsb.train.advantages.advantages`), under the names the configs give them."""
 
     overlong_buffer: int = _f(16, "DAPO's soft overlong penalty buffer in tokens; 0: off", ge=0)
     overlong_factor: float = _f(1.0, "DAPO's overlong penalty factor", ge=0)

@@ -20,7 +20,9 @@ from bsb.integrations.verl.probe_client import CompletionsProbe, ProbeError, Pro
 from bsb.integrations.verl.server_backend import ServerBackend
 from bsb.integrations.verl.settings import SERVER_SELECTORS, BsbSettings, VerlConfigError, check_config
 from bsb.train.advantages import advantages
+from bsb.train.config import TrainConfig
 from bsb.train.rollout import TreeConfig, tree_rollout
+from bsb.train.tree_options import CreditOptions
 from bsb.train.tree import Leaf, PromptTree
 
 MASK = torch.zeros(VOCAB, dtype=torch.bool)
@@ -255,8 +257,10 @@ def _random_tree(rng: random.Random, uid: str) -> PromptTree:
     return tree
 
 
-@pytest.mark.parametrize("kind, opts", [("treerl", {}), ("prefix_credit", {}), ("prefix_credit", dict(beta=0.25, alpha=0.3)),
-                                        ("prefix_credit", dict(beta=0.25, clamped=True)), ("treerl", dict(zero_cont_mass=True))])
+@pytest.mark.parametrize("kind, opts", [("treerl", {}), ("prefix_credit", {}),
+                                        ("prefix_credit", dict(prefix_beta=0.25, prefix_alpha=0.3)),
+                                        ("prefix_credit", dict(prefix_beta=0.25, clamped_prefix=True)),
+                                        ("prefix_credit", dict(grpo_std="sample")), ("treerl", dict(zero_cont_token_mass=True))])
 def test_tree_advantages_on_verl_rows_equal_bsbs_own(kind, opts):
     rng = random.Random(7)
     trees = [_random_tree(rng, f"u{i}") for i in range(6)]
@@ -270,9 +274,8 @@ def test_tree_advantages_on_verl_rows_equal_bsbs_own(kind, opts):
         mask[r, :n] = 1
         rewards[r, n - 1] = leaf.reward  # verl puts the outcome reward on the last response token
         index.append(encode_uid(tree.prompt_id, leaf.group, leaf.prefix_len))
-    adv, ret = tree_advantages(rewards, mask, index, kind, **opts)
-    want = {tree.prompt_id: advantages(tree, kind, **{("zero_cont_mass" if k == "zero_cont_mass" else k): v for k, v in opts.items()})
-            for tree in trees}
+    adv, ret = tree_advantages(rewards, mask, index, kind, CreditOptions(**opts))
+    want = {tree.prompt_id: advantages(tree, kind, options=TrainConfig(advantage=kind, **opts)) for tree in trees}  # bsb train's path
     for r, (tree, i) in enumerate(rows):
         n = len(tree.leaves[i].response)
         torch.testing.assert_close(adv[r, :n], want[tree.prompt_id][i], rtol=0, atol=1e-6)

@@ -16,6 +16,7 @@ from bsb.integrations.verl.estimators import encode_uid
 from bsb.tasks.base import Problem
 from bsb.train.advantages import advantages
 from bsb.train.rewards import RewardConfig, leaf_reward
+from bsb.train.tree_options import CreditOptions
 from bsb.train.tree import Leaf, PromptTree
 
 
@@ -144,14 +145,14 @@ def _trees():
     return out
 
 
-@pytest.mark.parametrize("name, kind, bsb, opts", [
-    ("bsb_treerl", "treerl", {}, {}),
-    ("bsb_prefix_credit", "prefix_credit", {"prefix_beta": 0.25, "prefix_alpha": 0.3}, {"beta": 0.25, "alpha": 0.3}),
-    ("bsb_prefix_credit", "prefix_credit", {"prefix_beta": 0.25, "clamped_prefix": True}, {"beta": 0.25, "clamped": True}),
-    ("bsb_prefix_credit", "prefix_credit", {"grpo_std": "sample"}, {"std": "sample"}),
-    ("bsb_treerl_released", "treerl_released", {}, {}),
+@pytest.mark.parametrize("name, kind, bsb", [
+    ("bsb_treerl", "treerl", {}),
+    ("bsb_prefix_credit", "prefix_credit", {"prefix_beta": 0.25, "prefix_alpha": 0.3}),
+    ("bsb_prefix_credit", "prefix_credit", {"prefix_beta": 0.25, "clamped_prefix": True}),
+    ("bsb_prefix_credit", "prefix_credit", {"grpo_std": "sample"}),
+    ("bsb_treerl_released", "treerl_released", {}),
 ])
-def test_verls_advantage_step_with_bsbs_estimators_equals_bsbs_advantages(compose, overrides, name, kind, bsb, opts):
+def test_verls_advantage_step_with_bsbs_estimators_equals_bsbs_advantages(compose, overrides, name, kind, bsb):
     from verl.trainer.ppo.ray_trainer import compute_advantage
     from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
@@ -161,7 +162,7 @@ def test_verls_advantage_step_with_bsbs_estimators_equals_bsbs_advantages(compos
     keys = [f"{t.prompt_id}_0_{i}" for t, i in rows]
     for out in (compute_advantage(data, adv_estimator=name, config=config.algorithm),
                 compute_advantage_for_multi_trajectories(_batch(trees)[0], keys, name, config=config.algorithm)):
-        want = {t.prompt_id: advantages(t, kind, **opts) for t in trees}
+        want = {t.prompt_id: advantages(t, kind, options=CreditOptions(**bsb)) for t in trees}  # one name, end to end
         for r, (t, i) in enumerate(rows):
             n = len(t.leaves[i].response)
             torch.testing.assert_close(out.batch["advantages"][r, :n], want[t.prompt_id][i], rtol=0, atol=1e-6)
@@ -172,10 +173,10 @@ def test_the_estimator_reads_its_options_from_the_bsb_section_of_the_root_config
     from bsb.integrations.verl.estimators import estimator_options
 
     config = compose(*overrides, "bsb.prefix_beta=0.25", "bsb.zero_cont_token_mass=true")
-    assert estimator_options(config.algorithm) == dict(beta=0.25, alpha=0.5, clamped=False, zero_cont_mass=True,
-                                                       std="population")
-    assert estimator_options(OmegaConf.create({"gamma": 1.0})) == dict(beta=0.0, alpha=0.5, clamped=False, zero_cont_mass=False,
-                                                                       std="population")
+    got, default = estimator_options(config.algorithm), estimator_options(OmegaConf.create({"gamma": 1.0}))
+    names = ("prefix_beta", "prefix_alpha", "clamped_prefix", "zero_cont_token_mass", "grpo_std")  # the config's own
+    assert [getattr(got, n) for n in names] == [0.25, 0.5, False, True, "population"]
+    assert [getattr(default, n) for n in names] == [0.0, 0.5, False, False, "population"]
 
 
 def test_a_code_rows_ground_truth_becomes_the_code_tasks_hidden_tests():

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from bsb.train.advantages import STD_EPS, advantages, grpo_advantages, prefix_credit_advantages, treerl_advantages
+from bsb.train.tree_options import CreditOptions
 from bsb.train.tree import Leaf, PromptTree
 
 
@@ -138,7 +139,7 @@ def test_grpo_std_population_or_sample():
     sample = grpo_advantages(t, std="sample")  # σ = sqrt(0.5): verl's and TRL's torch.std
     assert pop[0][0].item() == pytest.approx(0.5 / (0.5 + STD_EPS)) and pop[0][0].item() == pytest.approx(0.9998, abs=1e-4)
     assert sample[0][0].item() == pytest.approx(0.5 / (math.sqrt(0.5) + STD_EPS)) and sample[0][0].item() == pytest.approx(0.7070, abs=1e-4)
-    credit = advantages(tree([[1, 0, 0], [1, 1, 0]]), "prefix_credit", std="sample")
+    credit = advantages(tree([[1, 0, 0], [1, 1, 0]]), "prefix_credit", options=CreditOptions(grpo_std="sample"))
     rewards = torch.tensor([1.0, 0, 0, 1, 1, 0])
     assert credit[0][-1].item() == pytest.approx(((1 - 0.5) * (1 - 0.5) + 0.5 * (1 - 1 / 3)) / (rewards.std().item() + STD_EPS))
     assert grpo_advantages(tree([[1]], prefix=0), std="sample")[0].tolist() == [0.0] * 3  # one leaf: no spread

@@ -10,6 +10,7 @@ from bsb.train import phases, update
 from bsb.train.advantages import STD_EPS, advantages, prefix_credit_advantages
 from bsb.train.config import TrainConfig
 from bsb.train.tree import Leaf, PromptTree
+from bsb.train.tree_options import CreditOptions
 
 
 def pairs_tree(rewards, prefix=3, tail=2):
@@ -45,8 +46,8 @@ def test_zero_signed_token_mass_centres_the_continuations():
     """Arm 11: after centring, Σ over every continuation token of a question's advantages is 0; prefixes keep theirs."""
     tree = pairs_tree([(1, 0), (1, 1), (0, 0), (1, 0)], prefix=3, tail=2)
     tree.leaves[0].response += [6, 6, 6]  # unequal continuation lengths, so centring is not a no-op
-    plain = advantages(tree, "prefix_credit", beta=0.25)
-    centred = advantages(tree, "prefix_credit", beta=0.25, zero_cont_mass=True)
+    plain = advantages(tree, "prefix_credit", options=CreditOptions(prefix_beta=0.25))
+    centred = advantages(tree, "prefix_credit", options=CreditOptions(prefix_beta=0.25, zero_cont_token_mass=True))
     mass = sum(a[leaf.prefix_len :].double().sum().item() for a, leaf in zip(centred, tree.leaves))
     assert abs(mass) < 1e-5
     shift = sum(a[leaf.prefix_len :].double().sum().item() for a, leaf in zip(plain, tree.leaves)) / sum(

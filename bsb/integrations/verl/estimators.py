@@ -22,6 +22,7 @@ import torch
 from bsb.integrations.verl.settings import ESTIMATORS, BsbSettings
 from bsb.train.advantages import advantages
 from bsb.train.tree import Leaf, PromptTree
+from bsb.train.tree_options import CreditOptions
 
 SEP = "#"
 
@@ -49,14 +50,11 @@ def tree_advantages(
     response_mask: torch.Tensor,
     index: Sequence[str],
     kind: str,
-    beta: float = 0.0,
-    alpha: float = 0.5,
-    clamped: bool = False,
-    zero_cont_mass: bool = False,
-    std: str = "population",
+    options: CreditOptions | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns), each (B, T): bsb's ``kind`` advantages of every prompt's tree (rows grouped by the
-    prompt uid in ``index``), zero off the response mask. Returns equal advantages (outcome-reward estimators)."""
+    prompt uid in ``index``) with ``options`` (None: the defaults), zero off the response mask. Returns equal
+    advantages (outcome-reward estimators)."""
     if token_level_rewards.shape != response_mask.shape or token_level_rewards.dim() != 2:
         raise ValueError(
             f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
@@ -79,36 +77,27 @@ def tree_advantages(
         rows.append(row)
     out = torch.zeros_like(token_level_rewards, dtype=torch.float32)
     for tree, rows in trees.values():
-        for row, adv in zip(
-            rows,
-            advantages(tree, kind, beta=beta, alpha=alpha, clamped=clamped, zero_cont_mass=zero_cont_mass, std=std),
-        ):
+        for row, adv in zip(rows, advantages(tree, kind, options=options)):
             out[row, mask[row]] = adv  # a single-turn response's mask is its leading run of generated tokens
     return out, out.clone()
 
 
-def estimator_options(config) -> dict:
-    """β, α, clamping, zero continuation mass and the std from the ``bsb:`` section of the config that ``config``
-    (verl's ``algorithm`` node) belongs to; the defaults where there is none."""
+def estimator_options(config) -> BsbSettings:
+    """The credit options (``prefix_beta``, ``prefix_alpha``, ``clamped_prefix``, ``zero_cont_token_mass``,
+    ``grpo_std``) of the ``bsb:`` section of the config that ``config`` (verl's ``algorithm`` node) belongs to, as
+    its :class:`BsbSettings` (a :class:`~bsb.train.tree_options.CreditOptions`); the defaults where there is none."""
     section = None
     root = getattr(config, "_get_root", None)
     if root is not None:
         section = root().get("bsb")
-    s = BsbSettings.from_mapping(section or {})
-    return dict(
-        beta=s.prefix_beta,
-        alpha=s.prefix_alpha,
-        clamped=s.clamped_prefix,
-        zero_cont_mass=s.zero_cont_token_mass,
-        std=s.grpo_std,
-    )
+    return BsbSettings.from_mapping(section or {})
 
 
 def _estimator(kind: str):
     def estimate(token_level_rewards, response_mask, index=None, config=None, **kwargs):
         if index is None:
             raise ValueError(f"bsb's {kind} estimator needs each row's uid (verl passes it as index)")
-        return tree_advantages(token_level_rewards, response_mask, list(index), kind, **estimator_options(config))
+        return tree_advantages(token_level_rewards, response_mask, list(index), kind, estimator_options(config))
 
     estimate.__name__ = f"bsb_{kind}"
     return estimate

@@ -183,7 +183,7 @@ class BsbTreeAgentLoop(AgentLoopBase):
         temperature, top_p = float(sampling_params.get("temperature", 1.0)), float(sampling_params.get("top_p", 1.0))
         seed = derive(s.seed, problem.id, kwargs.get("session_id", 0))
         if self.tree:
-            tcfg = TreeConfig(s.chains, s.siblings, response_length, temperature, top_p, s.max_refills)
+            tcfg = TreeConfig.of(s, response_length, temperature, top_p)
             build = functools.partial(
                 tree_rollout,
                 [prompt_ids],
