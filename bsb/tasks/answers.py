@@ -9,31 +9,45 @@ _BOX = re.compile(r"\\(?:boxed|fbox)\s*")
 ANSWER_PREFIX = "So the final answer is \\boxed{"  # how a boxed-answer chain states its answer; the math probes' suffix
 
 
+_BRACE = re.compile(r"[{}]")
+_WORD = re.compile(r"[^\s$]+")
+
+
+def _closing(text: str) -> dict[int, int]:
+    """Where each ``{`` of ``text`` that closes is closed, in one pass (nested braces matched)."""
+    close, opened = {}, []
+    for m in _BRACE.finditer(text):
+        if m.group() == "{":
+            opened.append(m.start())
+        elif opened:
+            close[opened.pop()] = m.start()
+    return close
+
+
+def _box_content(text: str, start: int, close: dict[int, int]) -> str | None:
+    if text.startswith("{", start):
+        return text[start + 1 : close[start]] if start in close else None
+    word = _WORD.match(text, start)
+    return word.group() if word else None
+
+
 def extract_boxed(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces kept), or of ``\\boxed 5``: how a
-    prediction's answer is read (a response that boxes several answers is graded on its last)."""
-    boxes = extract_all_boxed(text)
-    return boxes[-1] if boxes else None
+    """The content of the last closed ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces kept), or of ``\\boxed 5``: how
+    a prediction's answer is read (a response that boxes several answers is graded on its last). One pass over
+    ``text``: 20,000 unclosed ``\\boxed{`` are read in milliseconds (a scan on from every box took minutes)."""
+    close = _closing(text)
+    for m in reversed(list(_BOX.finditer(text))):
+        content = _box_content(text, m.end(), close)
+        if content is not None:
+            return content
+    return None
 
 
 def extract_all_boxed(text: str) -> list[str]:
     """The content of every closed ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed 5``, in order."""
-    out = []
-    for m in _BOX.finditer(text):
-        start = m.end()
-        if start < len(text) and text[start] == "{":
-            depth, j = 0, start
-            while j < len(text):
-                depth += {"{": 1, "}": -1}.get(text[j], 0)
-                if depth == 0:
-                    out.append(text[start + 1 : j])
-                    break
-                j += 1
-        else:
-            word = re.match(r"[^\s$]+", text[start:])
-            if word:
-                out.append(word.group(0))
-    return out
+    close = _closing(text)
+    found = (_box_content(text, m.end(), close) for m in _BOX.finditer(text))
+    return [c for c in found if c is not None]
 
 
 _ANSWER_LINE = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")

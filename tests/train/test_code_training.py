@@ -8,6 +8,7 @@ import pytest
 from scripted_server import JudgeScript, judge_server, n_steps
 
 from bsb.commands.validate import ValidateConfig, run_validate
+from bsb.train import phases
 from bsb.train.config import TrainConfig
 from bsb.train.trainer import Trainer
 
@@ -51,3 +52,23 @@ def test_validate_runs_on_the_embedded_code_default_with_an_llm_judge(tmp_path):
     for r in rows:  # the judge rated the last step 9, every other 1: its scores, and the last boundary is kept
         n = len(r["cuts"])
         assert r["scores"]["llm_judge"] == [1.0] * (n - 1) + [9.0] and n - 1 in r["top_b"]["llm_judge"]
+
+
+def test_a_step_fed_responses_beyond_the_read_budget_finishes_with_their_zeros_counted(tmp_path, monkeypatch):
+    """The third hostile round: a response of 100,000 nested operators made ast.parse raise MemoryError (90,000 chained
+    additions a RecursionError) inside the code task's verify, and the exception stopped the training step."""
+    hostile = ["```python\nx = " + "-" * 100_000 + "1\n```", "```python\nx = 1" + "+1" * 90_000 + "\n```"]
+    real, fed = phases.score_trees, []
+
+    def score(trees, problems, task, decode, reward_cfg, eos):  # every leaf's response is a hostile one
+        return real(trees, problems, task, lambda ids: fed.append(1) or hostile[len(fed) % 2], reward_cfg, eos)
+
+    monkeypatch.setattr(phases, "score_trees", score)
+    cfg = TrainConfig(task="code", steps=1, prompts_per_step=2, gen_prompts=2, chains=2, siblings=1, max_response_len=32,
+                      overlong_buffer=0, val_problems=2, val_every=0, save_every=0, backend="hf", dynamic_sampling=False,
+                      out_dir=str(tmp_path / "run"), progress=False)
+    rows = Trainer(cfg).run()
+    step = rows[-1]
+    assert step["step"] == 1 and len(fed) == 2 * 4  # the step finished: 2 trees of M(1+k) = 4 leaves, all graded
+    assert step["verdict_unreadable"] == 8 and step["reward_mean"] == 0.0 and step["accuracy"] == 0.0
+    assert step["no_answer_rate"] == 0.0  # a response beyond the budget holds code: it is not a missing answer

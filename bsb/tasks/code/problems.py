@@ -2,10 +2,11 @@
 
 Two test styles, as the sources use them:
 
-* ``stdin``: the program reads ``input`` and must print ``output`` (compared line by line, whitespace-trimmed,
-  numbers within 1e-6);
+* ``stdin``: the program reads ``input`` and must print ``output`` (compared line by line, whitespace-trimmed, token
+  by token: text exactly, integers by exact value, floats within the task's ``float_tol``);
 * ``function``: ``fn_name`` (a function, or a method of ``class Solution``) is called with the arguments of
-  ``input`` (one JSON value per line) and must return the JSON value ``output``.
+  ``input`` (one JSON value per line) and must return the JSON value ``output`` (compared by type: a boolean is
+  never a number). The rules: :mod:`bsb.tasks.code.task`.
 
 Row formats (recognised from the columns, or named with ``format=``):
 
@@ -130,6 +131,8 @@ def _out_text(value, style: str) -> str:
                 return value
             except json.JSONDecodeError:
                 return json.dumps(value)
+            except RecursionError:
+                raise RowError("a function test's expected output: JSON nested too deeply") from None
         return json.dumps(value[0] if isinstance(value, list) and len(value) == 1 else value)
     if value is None:
         raise RowError("a test without an expected output")

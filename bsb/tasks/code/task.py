@@ -6,11 +6,25 @@
   the model would write from here).
 * The reward: binary, 1 when every hidden test passes (the last fenced block of the response is the program). Each
   test's sandbox status is kept in ``Verdict.details``; the reason is ``correct``, ``wrong`` (ran, wrong output),
-  ``no_code``, ``syntax_error``, or the first failing run's sandbox status (``timeout``, ``memory``, ...).
+  ``no_code``, ``syntax_error``, ``unreadable`` (beyond the read budget below), or the first failing run's sandbox
+  status (``timeout``, ``memory``, ...).
+* The comparison, LiveCodeBench's rules with a float bound: ``stdin`` output line by line, whitespace-trimmed, token
+  by token. Text compares exactly (``Yes`` is not ``YES``); a number where the test expects an integer compares by
+  exact value (LiveCodeBench's ``Decimal`` rule: ``1.0`` and ``1e3`` pass for ``1`` and ``1000``, ``1000000008`` never
+  for ``1000000007``); where it expects a float (a ``.``, an exponent, ``inf``), within ``float_tol``, absolute or
+  relative (``math.isclose``; ``nan`` never). A number is written in ASCII digits: ``1_000`` and other scripts'
+  digits are text, though ``float`` reads them. ``function`` tests compare the returned JSON value by type: a
+  boolean only equals a boolean (Python's ``True == 1`` is not taken), an integer an equal number, a float a number
+  within ``float_tol``, lists item by item, objects key by key.
+* The read budget: a program over :data:`MAX_CODE_CHARS` characters, or nested beyond the parser's depth (``ast.parse``
+  raising RecursionError or MemoryError), is not run; a returned value that does not load (nested beyond the JSON
+  decoder's depth, an integer of over 4,300 digits) or is nested over :data:`MAX_JSON_DEPTH` deep is not compared.
+  Each is a zero with reason ``unreadable``, never an exception.
 
 Options: ``train_file``, ``val_file``, ``format`` (deepcoder | livecodebench; None: recognised), ``ops`` and
 ``max_operand`` (the synthetic problems), ``timeout_s`` and ``memory_mb`` (per test run), ``workers`` (sandbox runs
-at once), ``suffix``, ``read_len``.
+at once), ``float_tol`` (the float bound, 1e-6 as the problems' usual "error at most 1e-6"; 0: exact values, as
+LiveCodeBench's own checker), ``suffix``, ``read_len``.
 """
 
 from __future__ import annotations
@@ -21,6 +35,7 @@ import math
 import random
 import re
 from collections.abc import Collection
+from decimal import Decimal
 
 from bsb.tasks.base import Problem, SyntheticTask, Verdict
 from bsb.tasks.code.problems import CodeTests, load_code_problems, parse_tests
@@ -53,36 +68,107 @@ def extract_code(response: str) -> str | None:
     return blocks[-1].strip("\n") if blocks and blocks[-1].strip() else None
 
 
-def _numbers_close(a: str, b: str) -> bool:
+FLOAT_TOL = 1e-6  # the default float bound of a hidden test's comparison (task option float_tol)
+MAX_CODE_CHARS = 200_000  # a longer program is not parsed nor run ("unreadable")
+MAX_JSON_DEPTH = 100  # a returned value nested deeper is not compared ("unreadable")
+_INT = re.compile(r"[+-]?[0-9]+")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)", re.I)
+
+
+class Unreadable(ValueError):
+    """A program's output beyond what the grader reads: a value nested too deeply, an integer of too many digits."""
+
+
+def check_source(code: str) -> tuple[str, str] | None:
+    """Why ``code`` is not run, as (reason, why): ``unreadable`` over :data:`MAX_CODE_CHARS` or nested beyond the
+    parser's depth, ``syntax_error`` when it does not parse; None when it parses."""
+    if len(code) > MAX_CODE_CHARS:
+        return "unreadable", f"{len(code):,} characters, over the {MAX_CODE_CHARS:,} a program may have"
     try:
-        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-6)
-    except ValueError:
+        ast.parse(code)
+    except (SyntaxError, ValueError, OverflowError) as err:
+        return "syntax_error", str(err)
+    except (RecursionError, MemoryError) as err:  # the parser's stack or the tree's construction: nested too deeply
+        return "unreadable", f"nested beyond the parser's depth ({type(err).__name__})"
+    return None
+
+
+def tokens_match(got: str, want: str, float_tol: float = FLOAT_TOL) -> bool:
+    """One output token against the expected one: text exactly; a number by exact value where an integer is expected
+    (or ``float_tol`` is 0), within ``float_tol`` where a float is."""
+    if got == want:
+        return True
+    if not (_NUMBER.fullmatch(got) and _NUMBER.fullmatch(want)):
         return False
+    if float_tol == 0 or _INT.fullmatch(want):
+        try:
+            return Decimal(got) == Decimal(want)
+        except ArithmeticError:  # an exponent past Decimal's
+            return False
+    return math.isclose(float(got), float(want), rel_tol=float_tol, abs_tol=float_tol)
 
 
-def stdout_matches(got: str, want: str) -> bool:
-    """Line by line, whitespace-trimmed; tokens that are numbers compare within 1e-6."""
+def stdout_matches(got: str, want: str, float_tol: float = FLOAT_TOL) -> bool:
+    """Line by line, whitespace-trimmed, token by token (:func:`tokens_match`)."""
     g, w = got.strip().splitlines(), want.strip().splitlines()
     if len(g) != len(w):
         return False
     for gl, wl in zip(g, w):
         gt, wt = gl.split(), wl.split()
-        if gt != wt and (len(gt) != len(wt) or not all(x == y or _numbers_close(x, y) for x, y in zip(gt, wt))):
+        if len(gt) != len(wt) or not all(tokens_match(x, y, float_tol) for x, y in zip(gt, wt)):
             return False
     return True
 
 
-def returned_matches(stdout: str, want: str) -> bool:
+def _load(text: str):
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except (ValueError, RecursionError, MemoryError) as err:  # an int of over 4,300 digits; nested too deeply
+        raise Unreadable(f"the value does not load ({type(err).__name__})") from None
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (list, dict)):
+            if depth >= MAX_JSON_DEPTH:
+                raise Unreadable(f"the value is nested over {MAX_JSON_DEPTH} deep")
+            stack += [(x, depth + 1) for x in (v.values() if isinstance(v, dict) else v)]
+    return value
+
+
+def values_match(got, want, float_tol: float = FLOAT_TOL) -> bool:
+    """JSON values compared by type: a boolean only equals a boolean, an integer an equal number (``1.0`` is ``1``), a
+    float a number within ``float_tol``, a string or null itself; lists item by item, objects key by key."""
+    if isinstance(want, bool) or isinstance(got, bool) or not isinstance(want, (int, float, list, dict)):
+        return type(got) is type(want) and got == want
+    if isinstance(want, (int, float)):
+        if not isinstance(got, (int, float)):
+            return False
+        if isinstance(want, int):
+            return got == want  # exact, an int against a float included
+        try:
+            return math.isclose(got, want, rel_tol=float_tol, abs_tol=float_tol)
+        except OverflowError:  # an int past a float's range
+            return False
+    if type(got) is not type(want) or len(got) != len(want):
+        return False
+    if isinstance(want, dict):
+        return got.keys() == want.keys() and all(values_match(got[k], want[k], float_tol) for k in want)
+    return all(values_match(g, w, float_tol) for g, w in zip(got, want))
+
+
+def returned_matches(stdout: str, want: str, float_tol: float = FLOAT_TOL) -> bool:
+    """The function's value (the last result line of ``stdout``) against the JSON value ``want``
+    (:func:`values_match`); :class:`Unreadable` when the value is beyond the read budget."""
     line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(RESULT)), None)
     if line is None:
         return False
     try:
-        got, expected = json.loads(line[len(RESULT) :]), json.loads(want)
+        got, expected = _load(line[len(RESULT) :]), _load(want)
     except json.JSONDecodeError:
         return False
-    return got == expected or (
-        isinstance(got, (int, float)) and isinstance(expected, (int, float)) and _numbers_close(str(got), str(expected))
-    )
+    return values_match(got, expected, float_tol)
 
 
 class CodeTask(SyntheticTask):
@@ -103,6 +189,7 @@ class CodeTask(SyntheticTask):
         timeout_s: float = 6.0,
         memory_mb: int = 512,
         workers: int = 2,
+        float_tol: float = FLOAT_TOL,
         suffix: str | None = None,
         read_len: int = 16,
     ):
@@ -112,6 +199,7 @@ class CodeTask(SyntheticTask):
             ("memory_mb", memory_mb, 16, 1 << 20),
             ("workers", workers, 1, 1024),
             ("max_operand", max_operand, 1, 10**6),
+            ("float_tol", float_tol, 0, 1),
         ):
             if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
                 raise ValueError(f"task option {name} must be a number in [{lo}, {hi}], got {value!r}")
@@ -120,7 +208,7 @@ class CodeTask(SyntheticTask):
         self.ops = tuple(int(n) for n in ops)
         if not self.ops or min(self.ops) < 1 or max(self.ops) > 8:
             raise ValueError(f"task option ops must be operation counts in [1, 8], got {list(ops)}")
-        self.max_operand, self.read_len = max_operand, read_len
+        self.max_operand, self.read_len, self.float_tol = max_operand, read_len, float_tol
         self.probe_suffix = suffix or CODE_SUFFIX
         # Loaded now, so a malformed file is an error before any model is loaded.
         self.train = load_code_problems(train_file, format) if train_file else None
@@ -203,17 +291,22 @@ class CodeTask(SyntheticTask):
         code = extract_code(response)
         if code is None:
             return Verdict(0.0, False, "no_code", "")
-        try:
-            ast.parse(code)
-        except (SyntaxError, ValueError) as err:
-            return Verdict(0.0, False, "syntax_error", code, (("parse", str(err)),))
+        refused = check_source(code)
+        if refused:
+            return Verdict(0.0, False, refused[0], code, (("parse", refused[1]),))
         results = self.pool.map(self.programs(code, tests))
-        check = stdout_matches if tests.style == "stdin" else returned_matches
-        details, reason = [], ""
-        for run, want in zip(results, tests.outputs):
-            passed = run.ok and check(run.stdout, want)
-            details.append((run.status, passed, run.reason))
-            if not passed and not reason:
-                reason = "wrong" if run.ok else run.status
-        ok = all(d[1] for d in details)
-        return Verdict(float(ok), ok, "correct" if ok else reason, code, tuple(details))
+        graded = [self._grade(run, want, tests.style) for run, want in zip(results, tests.outputs)]
+        reason = next((why for _, why in graded if why), "correct")
+        ok = reason == "correct"
+        return Verdict(float(ok), ok, reason, code, tuple(detail for detail, _ in graded))
+
+    def _grade(self, run, want: str, style: str) -> tuple[tuple, str]:
+        """One hidden test's (status, passed, reason) detail and its failure reason ("" when it passed)."""
+        if not run.ok:
+            return (run.status, False, run.reason), run.status
+        check = stdout_matches if style == "stdin" else returned_matches
+        try:
+            passed = check(run.stdout, want, self.float_tol)
+        except Unreadable as err:
+            return (run.status, False, f"unreadable: {err}"), "unreadable"
+        return (run.status, passed, run.reason), "" if passed else "wrong"

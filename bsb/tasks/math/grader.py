@@ -4,13 +4,16 @@ Grading order: a normalised string match first (cheap, and it covers most correc
 comparison when both sides are plain numbers (integers, decimals, integer fractions), then symbolic
 equivalence with math-verify (or sympy when math-verify is not installed). The symbolic step runs in a forked
 process with a time bound, because a hostile answer (deep nesting, a megabyte of digits, ``\\frac`` bombs) can
-make a symbolic parser run for minutes. Answers over the size or nesting limits are graded wrong without
-being parsed. Each such case is counted in :attr:`MathGrader.stats` and logged once per kind.
+make a symbolic parser run for minutes. Answers over the size or nesting limits, and numbers too large to compute
+(an exponent over :data:`MAX_EXPONENT`: ``9^{9^{9}}``, ``9**9**9``, ``1e999999``; a factorial of over
+:data:`MAX_FACTORIAL`: ``(10^{100})!``), are graded wrong without being parsed. Each such case is counted in
+:attr:`MathGrader.stats` and logged once per kind.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing as mp
 import re
 from collections import Counter
@@ -69,6 +72,97 @@ def _number(s: str) -> Fraction | None:
     return None
 
 
+MAX_EXPONENT = 10**5  # a power with a larger exponent (a number, or a power or factorial of numbers) is hostile
+MAX_FACTORIAL = 10**5  # so is a factorial of a larger number
+_OPEN, _CLOSE = "{([", "})]"
+_POWER = re.compile(r"\^|\*\*")
+_PLAIN = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_CHAIN = re.compile(r"\s*[+-]?[\d.]+(?:\s*(?:\^|\*\*)\s*[+-]?[\d.]+)*")  # 9**9 in 9**9**9, 9^9 in 9^9^9
+_SCIENTIFIC = re.compile(r"\d[eE]\+?(-?\d+)")
+_FACTORIAL = re.compile(r"(?<!\\)!")  # not \! (a negative thin space)
+
+
+def _group_end(s: str, i: int) -> int:
+    """The index after the bracket group that opens at ``s[i]`` (the end of ``s`` when it never closes)."""
+    depth = 0
+    for j in range(i, len(s)):
+        depth += (s[j] in _OPEN) - (s[j] in _CLOSE)
+        if depth <= 0:
+            return j + 1
+    return len(s)
+
+
+def _group_start(s: str, end: int) -> int:
+    """The index of the bracket that opens the group closing at ``s[end - 1]``."""
+    depth = 0
+    for j in range(end - 1, -1, -1):
+        depth += (s[j] in _CLOSE) - (s[j] in _OPEN)
+        if depth <= 0:
+            return j
+    return 0
+
+
+def _value(text: str) -> float | None:
+    """The size of ``text`` when it is a number, or a power or factorial of numbers (``9^{9^9}``, ``9**9**9``,
+    ``(10^{100})!``): inf past a float's range; None for anything else (a symbol, a sum)."""
+    t = text.strip()
+    while t and t[0] in _OPEN and _group_end(t, 0) == len(t):
+        t = t[1:-1].strip()
+    if _PLAIN.fullmatch(t):
+        return abs(float(t))
+    if t.endswith("!") and not t.endswith("\\!"):
+        n = _value(t[:-1])
+        return None if n is None else math.inf if n > 170 else math.gamma(n + 1)
+    depth, power = 0, None
+    for j, ch in enumerate(t):
+        depth += (ch in _OPEN) - (ch in _CLOSE)
+        if depth == 0 and (ch == "^" or t.startswith("**", j)):
+            power = j
+            break
+    if power is None:
+        return None
+    base, exp = _value(t[:power]), _value(t[power + 1 :].removeprefix("*"))
+    if base is None or exp is None:
+        return None
+    return base if base <= 1 else math.inf if exp * math.log10(base) > 300 else base**exp
+
+
+def _term_start(s: str, end: int) -> int:
+    """Where the term ending at ``s[end - 1]`` starts: a number or a bracket group, with the powers whose exponent it
+    is (``10^{100}!`` is the factorial of ``10^{100}``)."""
+    while True:
+        j = _group_start(s, end) if end and s[end - 1] in _CLOSE else end
+        while j and (s[j - 1].isdigit() or s[j - 1] == "."):
+            j -= 1
+        op = 2 if s.endswith("**", 0, j) else 1 if s.endswith("^", 0, j) else 0
+        if not op or j == end:
+            return j
+        end = j - op
+
+
+def huge_number(answer: str) -> str | None:
+    """Why ``answer`` holds a number too large to compute (a symbolic parser would compute it digit by digit): an
+    exponent over :data:`MAX_EXPONENT`, a factorial of over :data:`MAX_FACTORIAL`; None when it holds none."""
+    for m in _SCIENTIFIC.finditer(answer):
+        if abs(int(m.group(1))) > MAX_EXPONENT:
+            return f"exponent {m.group(1)[:20]}"
+    for m in _POWER.finditer(answer):
+        j = m.end()
+        while j < len(answer) and answer[j].isspace():
+            j += 1
+        chain = _CHAIN.match(answer, j)
+        exp = answer[j : _group_end(answer, j)] if j < len(answer) and answer[j] in _OPEN else chain and chain.group()
+        size = _value(exp) if exp else None
+        if size is not None and size > MAX_EXPONENT:
+            return f"a power with exponent {exp.strip()[:40]}"
+    for m in _FACTORIAL.finditer(answer):
+        term = answer[_term_start(answer, m.start()) : m.start()]
+        size = _value(term)
+        if size is not None and size > MAX_FACTORIAL:
+            return f"the factorial of {term[:40]}"
+    return None
+
+
 def _symbolic_equal(pred: str, gold: str, conn) -> None:
     try:
         try:
@@ -86,13 +180,16 @@ def _symbolic_equal(pred: str, gold: str, conn) -> None:
 class MathGrader:
     """``grade(response, gold) -> bool``: the response's last boxed answer against the gold answer."""
 
-    def __init__(self, timeout_s: float = 2.0, max_answer_chars: int = 500, max_depth: int = 32, max_fracs: int = 16):
-        self.timeout_s, self.max_answer_chars, self.max_depth, self.max_fracs = (
-            timeout_s,
-            max_answer_chars,
-            max_depth,
-            max_fracs,
-        )
+    def __init__(
+        self,
+        timeout_s: float = 2.0,
+        max_answer_chars: int = 500,
+        max_depth: int = 32,
+        max_fracs: int = 16,
+        max_powers: int = 64,
+    ):
+        self.timeout_s, self.max_answer_chars, self.max_depth = timeout_s, max_answer_chars, max_depth
+        self.max_fracs, self.max_powers = max_fracs, max_powers
         self.stats: Counter[str] = Counter()
 
     def _count(self, kind: str, detail: str) -> None:
@@ -111,7 +208,10 @@ class MathGrader:
             return f"nesting depth {peak}"
         if answer.count("\\frac") > self.max_fracs:
             return f"{answer.count(chr(92) + 'frac')} \\frac"
-        return None
+        powers = len(_POWER.findall(answer)) + answer.count("!")
+        if powers > self.max_powers:
+            return f"{powers} powers and factorials"
+        return huge_number(answer)
 
     def grade(self, response: str, gold: str) -> bool:
         """The response's last boxed answer against ``gold``."""

@@ -11,7 +11,7 @@ import pytest
 
 from bsb.tasks.base import Problem
 from bsb.tasks.code.problems import CodeTests, load_code_problems, parse_tests
-from bsb.tasks.code.task import CODE_SUFFIX, CodeTask, extract_code, stdout_matches
+from bsb.tasks.code.task import CODE_SUFFIX, RESULT, CodeTask, extract_code, returned_matches, stdout_matches
 from bsb.tasks.registry import make_task
 from bsb.tasks.synthetic.code import make_recipe, training_programs, wrong_steps
 
@@ -76,6 +76,8 @@ def test_deepcoder_rows_load_in_each_sub_sets_shape(tmp_path):
     ({**DC_PRIME, "tests": json.dumps([{"type": "stdin_stdout", "input": "1", "output": {"x": 1}}])},
      "field 'output': expected text, got dict"),
     ({**DC_PRIME, "tests": "[" * 100_000 + "]" * 100_000}, "nested too deeply"),
+    ({**DC_LCB, "tests": json.dumps([{"input": "[1]", "output": "[" * 5000 + "]" * 5000, "testtype": "functional",
+                                      "metadata": {"func_name": "f"}}])}, "expected output: JSON nested too deeply"),
 ])
 def test_malformed_rows_name_file_line_and_field(tmp_path, row, match):
     path = _write(tmp_path / "bad.jsonl", [row])
@@ -114,7 +116,8 @@ def test_extract_code_takes_the_last_fenced_block():
     assert extract_code("think\n```python\nprint(1)\n```\nmore\n```\nprint(2)\n```") == "print(2)"
     assert extract_code("```python\nprint(3)") == "print(3)"  # an unclosed last fence runs to the end
     assert extract_code("no code") is None
-    assert stdout_matches("3 \n4.0000001\n", "3\n4") and not stdout_matches("3", "4")
+    assert stdout_matches("3 \n4.0000001\n", "3\n4.0") and not stdout_matches("3", "4")
+    assert not stdout_matches("3\n4.0000001", "3\n4")  # an integer is expected: exact (LiveCodeBench's Decimal rule)
 
 
 def _row_problem(row, tmp_path, name):
@@ -240,3 +243,130 @@ def test_list_or_dict_ids_and_metadata_are_row_errors(tmp_path, row, match):
 
     with pytest.raises(DataFileError, match=match):
         load_code_problems(_write(tmp_path / "ids.jsonl", [row]))
+
+
+# ------------------------------------------------------------------ the third hostile round: a response and a program's
+# output are untrusted input: beyond the grader's budget they are a counted zero ("unreadable"), never an exception
+
+
+SQUARE = Problem("sq", "Print n squared.", CodeTests("stdin", ("4\n",), ("16\n",)))
+
+
+@pytest.mark.parametrize("source, reason", [
+    ("x = " + "-" * 100_000 + "1", "unreadable"),  # the parser's stack: a MemoryError escaped verify
+    ("x = " + "not " * 100_000 + "1", "unreadable"),
+    ("x = 1" + "+1" * 90_000, "unreadable"),  # a RecursionError in the AST's construction escaped verify
+    ("x = a" + ".b" * 100_000, "unreadable"),
+    ("x = f" + "()" * 100_000, "unreadable"),
+    ("x = a" + "[0]" * 60_000, "unreadable"),
+    ("print(1)\n" * 40_000, "unreadable"),  # 360,000 characters: over the size budget, never parsed nor run
+    ("x = 1" + "+(1" * 3000 + ")" * 3000, "syntax_error"),  # Python's own bracket limit (200): a syntax error
+    ("x = " + "[" * 50_000 + "]" * 50_000, "syntax_error"),
+])
+def test_a_response_beyond_the_parse_budget_is_a_counted_zero(task, source, reason):
+    v = task.verify(f"```python\n{source}\n```", SQUARE)
+    # refused before the sandbox: the only detail is the parse's
+    assert (v.reward, v.correct, v.reason) == (0.0, False, reason) and [d[0] for d in v.details] == ["parse"], v.details
+
+
+@pytest.mark.parametrize("body", [
+    "import sys\n    sys.set_int_max_str_digits(0)\n    return int('7' * 5000)",  # json.loads: a ValueError escaped verify
+    "import sys\n    sys.set_int_max_str_digits(0)\n    return [1, -int('9' * 6000)]",
+    # a result line of 100,000 brackets (or objects) printed by the program itself: a RecursionError escaped verify
+    "import os, sys\n    print('\\n@@bsb-result@@' + '[' * 100000 + ']' * 100000)\n    sys.stdout.flush()\n    os._exit(0)",
+    "import os, sys\n    print('\\n@@bsb-result@@' + '{\"a\":' * 100000 + '1' + '}' * 100000)\n    sys.stdout.flush()\n    os._exit(0)",
+    "import os, sys\n    print('\\n@@bsb-result@@' + '[' * 500 + ']' * 500)\n    sys.stdout.flush()\n    os._exit(0)",
+])
+def test_a_programs_output_beyond_the_read_budget_is_a_counted_zero(task, body):
+    p = Problem("f", "Return 1.", CodeTests("function", ("1",), ("1",), "f"))
+    v = task.verify(f"```python\ndef f(x):\n    {body}\n```", p)
+    assert (v.reward, v.correct, v.reason) == (0.0, False, "unreadable"), v.details
+    assert v.details[0][:2] == ("ok", False) and "unreadable" in v.details[0][2]
+    assert task.verify("```python\ndef f(x):\n    return 1\n```", p).correct  # grading goes on
+
+
+def _fake_runs(task, monkeypatch, stdout):
+    from bsb.tasks.code.sandbox import SandboxResult
+
+    monkeypatch.setattr(task.pool, "map", lambda jobs: [SandboxResult("ok", 0, stdout, "", "") for _ in jobs])
+
+
+# (what the program printed, or returned as JSON, and what the hidden test expects): each a wrong answer a float
+# comparison of integers, Python's True == 1, or float()'s lenient parsing let through
+WRONG_STDOUT = [
+    ("1000000008", "1000000007"),  # off by one on a big integer
+    ("1000000000007", "1000000000000"),  # n * n + 7 over n = 10**6
+    ("9876543000", "9876543210"),  # rounded to thousands
+    ("9007199254740993", "9007199254740992"),  # equal as floats
+    ("1000000008.0", "1000000007"),  # a decimal for an integer is compared exactly too
+    ("0.0000001", "0"),
+    ("1_000", "1000"),  # float() reads an underscore
+    ("١٢٣", "123"),  # float() reads other scripts' digits
+    ("True", "1"), ("False", "0"),
+    ("yes", "Yes"), ("YES", "Yes"),  # strings compare exactly
+    ("3 4", "3"), ("3\n4", "3"), ("3", "3 4"),  # extra or missing tokens and lines
+    ("nan", "0.5"), ("NaN", "1"), ("inf", "1e308"),
+    ("9" * 5000, "9" * 4999 + "8"), ("[" * 100_000, "1"),  # both inf as floats; a token is never parsed as JSON
+    ("0.334", "0.333333"),  # a float outside the bound
+    ("0x10", "16"), ("1e3", "1001"),
+]
+RIGHT_STDOUT = [
+    ("3", "3"), (" 3 \n 4 ", "3\n4"), ("12345678901234567890", "12345678901234567890"), ("-0", "0"), ("+5", "5"),
+    ("1.0", "1"), ("1e3", "1000"),  # a decimal equal in value to the integer (LiveCodeBench's Decimal rule)
+    ("0.3333333", "0.333333333"), ("3", "3.000000"), ("2.5e-1", "0.25"),  # floats within float_tol (1e-6)
+    ("Yes", "Yes"), ("a b  c", "a b c"), ("9" * 5000, "9" * 5000),
+]
+WRONG_RETURNED = [
+    ("true", "1"), ("false", "0"), ("1", "true"), ("0", "false"),  # a boolean never equals a number
+    ("[true, false]", "[1, 0]"), ('{"a": true}', '{"a": 1}'),
+    ("1000000008", "1000000007"), ("9876543000", "9876543210"), ("1.0000001", "1"),
+    ("[1, 2, 1000000008]", "[1, 2, 1000000007]"),
+    ('"Yes"', '"yes"'), ('"1"', "1"), ("null", "0"), ("NaN", "1.5"), ("NaN", "NaN"), ("Infinity", "1e308"),
+    ("[1, 2, 3]", "[1, 2]"), ("[2, 1]", "[1, 2]"), ('{"a": 1, "b": 2}', '{"a": 1}'), ('{"a": 2}', '{"b": 2}'),
+    ("[[1]]", "[1]"), ("0.334", "0.333333"),
+]
+RIGHT_RETURNED = [
+    ("3", "3"), ("true", "true"), ("[1, [2, 3]]", "[1, [2, 3]]"), ('{"a": [1.0]}', '{"a": [1]}'), ("1.0", "1"),
+    ("0.30000000000000004", "0.3"), ("[0.30000000000000004]", "[0.3]"), ('"abc"', '"abc"'), ("null", "null"),
+    ("12345678901234567890", "12345678901234567890"),
+]
+
+
+@pytest.mark.parametrize("got, want, ok", [(g, w, False) for g, w in WRONG_STDOUT] + [(g, w, True) for g, w in RIGHT_STDOUT])
+def test_the_hostile_answer_set_on_stdin_tests(task, monkeypatch, got, want, ok):
+    _fake_runs(task, monkeypatch, got + "\n")
+    v = task.verify("```python\nprint(0)\n```", Problem("s", "p", CodeTests("stdin", ("",), (want + "\n",))))
+    assert (v.reward, v.reason) == ((1.0, "correct") if ok else (0.0, "wrong")), (got, want)
+    assert stdout_matches(got, want) is ok
+
+
+@pytest.mark.parametrize("got, want, ok", [(g, w, False) for g, w in WRONG_RETURNED] + [(g, w, True) for g, w in RIGHT_RETURNED])
+def test_the_hostile_answer_set_on_function_tests(task, monkeypatch, got, want, ok):
+    _fake_runs(task, monkeypatch, f"noise\n{RESULT}{got}\n")
+    v = task.verify("```python\ndef f(x):\n    return 0\n```", Problem("f", "p", CodeTests("function", ("1",), (want,), "f")))
+    assert (v.reward, v.reason) == ((1.0, "correct") if ok else (0.0, "wrong")), (got, want)
+    assert returned_matches(f"{RESULT}{got}", want) is ok
+
+
+def test_real_programs_that_round_or_answer_a_boolean_fail_their_hidden_tests(task):
+    big = Problem("n2", "Print n squared.", CodeTests("stdin", ("1000000\n", "999999\n"), ("1000000000000\n", "999998000001\n")))
+    assert task.verify("```python\nn = int(input())\nprint(n * n)\n```", big).correct
+    assert task.verify("```python\nn = int(input())\nprint(n * n + 7)\n```", big).reason == "wrong"
+    assert task.verify("```python\nn = int(input())\nprint(round(n * n, -3) + 1000)\n```", big).reason == "wrong"
+    one = Problem("b", "Return 1.", CodeTests("function", ("2",), ("1",), "f"))
+    assert task.verify("```python\ndef f(x):\n    return True\n```", one).reason == "wrong"
+    assert task.verify("```python\ndef f(x):\n    return 1\n```", one).correct
+
+
+def test_the_float_bound_is_a_task_option(monkeypatch):
+    strict = CodeTask(workers=1, float_tol=0)  # 0: exact values, as LiveCodeBench's own Decimal comparison
+    _fake_runs(strict, monkeypatch, "0.3333333\n")
+    third = Problem("t", "p", CodeTests("stdin", ("",), ("0.333333333\n",)))
+    assert strict.verify("```python\nprint(0)\n```", third).reason == "wrong"
+    loose = CodeTask(workers=1, float_tol=1e-3)
+    _fake_runs(loose, monkeypatch, "0.3334\n")
+    assert loose.verify("```python\nprint(0)\n```", third).correct
+    assert stdout_matches("0.3334", "0.333333333", float_tol=1e-3) and not stdout_matches("0.3334", "0.333333333")
+    for bad in (-1e-6, 1.5, True, "1e-6"):
+        with pytest.raises(ValueError, match="float_tol"):
+            make_task("code", {"workers": 1, "float_tol": bad})

@@ -136,3 +136,130 @@ def test_a_gold_solution_with_several_boxes_is_one_answer_of_all_of_them(tmp_pat
     assert grade(r"\boxed{2, 1}", both) and grade(r"\boxed{1,2}", both)
     assert not grade(r"\boxed{2}", both) and not grade(r"\boxed{1, 2, 3}", both)
     assert grade(r"\boxed{2}", one)
+
+
+# ------------------------------------------------------------------ the third hostile round: a response is untrusted
+# input: every one below is a zero with a reason within a second, never an exception nor a hang (a symbolic parser
+# computes 9^{9^{9}} digit by digit until the 2 s bound; the boxes' scan was quadratic in their number)
+
+
+HOSTILE_RESPONSES = {
+    "100k nested braces": r"\boxed{" + "{" * 100_000 + "1" + "}" * 100_000 + "}",
+    "5000 digits": r"\boxed{" + "9" * 5000 + "}",
+    "9**9**9": r"\boxed{9**9**9}",
+    "9^{9^{9}}": r"\boxed{9^{9^{9}}}",
+    "9^9^9": r"\boxed{9^9^9}",
+    "2^{2^{64}}": r"\boxed{2^{2^{64}}}",
+    "10^{10^{10}}": r"\boxed{10^{10^{10}}}",
+    "(2)^{(10^{10})}": r"\boxed{(2)^{(10^{10})}}",
+    "1e999999": r"\boxed{1e999999}",
+    "1.5 x 10^999999999": r"\boxed{1.5\times10^{999999999}}",
+    "10^{-999999999}": r"\boxed{10^{-999999999}}",
+    "(10^{100})!": r"\boxed{(10^{100})!}",
+    "2^{100!}": r"\boxed{2^{100!}}",
+    "10^{100}!": r"\boxed{10^{100}!}",
+    "unclosed boxes": r"\boxed{" * 20_000,
+    "unclosed fboxes": r"\fbox{" * 20_000,
+    "nested boxes": r"\boxed{" * 5000 + "1" + "}" * 5000,
+    "a million characters": "x " * 500_000 + r"\boxed{3}",
+}
+
+
+class _Hang(Exception):
+    pass
+
+
+def _bounded(seconds):
+    import signal
+
+    def stop(*_):
+        raise _Hang(f"no verdict within {seconds} s")
+
+    signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_RESPONSES))
+def test_hostile_responses_are_a_zero_with_a_reason_never_a_hang(name):
+    import signal
+
+    from bsb.tasks.base import Problem
+    from bsb.tasks.math.task import MathTask
+
+    task, response = MathTask(), HOSTILE_RESPONSES[name]
+    problem = Problem("p", "q", "7", {"convention": "boxed"})
+    _bounded(10)  # a hang guard, not a benchmark: before the fix some took minutes
+    try:
+        v = task.verify(response, problem)
+        graded = task.grader.grade(response, "7")
+    finally:
+        signal.alarm(0)
+    assert (v.reward, v.correct, graded) == (0.0, False, False) and v.reason in ("hostile", "wrong", "no_answer"), v
+    assert task.grader.stats["timeout"] == 0, f"{name}: reached the symbolic step's time bound ({v.reason})"
+
+
+@pytest.mark.parametrize("answer", [r"9^{9^{9}}", "9**9**9", r"2^{2^{64}}", r"(10^{100})!", r"2^{100!}", "1e999999",
+                                    r"1.5\times10^{999999999}", r"10^{-999999999}", r"99999999!"])
+def test_numbers_too_large_to_compute_are_hostile_before_any_symbolic_parse(answer):
+    g = MathGrader()
+    assert g.equivalent(answer, "7") is False and g.stats["hostile"] == 1 and g.stats["timeout"] == 0
+
+
+@pytest.mark.parametrize("response,gold", [
+    (r"\boxed{2^{10}}", "1024"), (r"\boxed{2^{2024}}", "2^{2024}"), (r"\boxed{e^{-x^2}}", r"e^{-x^{2}}"),
+    (r"\boxed{2^{2^{3}}}", "256"), (r"\boxed{10!}", "3628800"), (r"\boxed{3 \times 10^{8}}", "300000000"),
+    (r"\boxed{\frac{(2n)!}{(n!)^2}}", r"\frac{(2n)!}{(n!)^{2}}"), (r"\boxed{(n+1)!}", r"(n+1)n!"), (r"\boxed{5!}", "120"),
+    (r"\boxed{x^{n+1}}", r"x^{n+1}"),
+])
+def test_ordinary_powers_and_factorials_are_still_graded(response, gold):
+    g = MathGrader()
+    assert g.grade(response, gold) is True and g.stats["hostile"] == 0
+
+
+def _boxes_reference(text: str) -> list[str]:
+    """The spec: from every box, scan on counting braces until its own closes (quadratic in the boxes)."""
+    import re
+
+    out = []
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*", text):
+        start = m.end()
+        if start < len(text) and text[start] == "{":
+            depth, j = 0, start
+            while j < len(text):
+                depth += {"{": 1, "}": -1}.get(text[j], 0)
+                if depth == 0:
+                    out.append(text[start + 1 : j])
+                    break
+                j += 1
+        else:
+            word = re.match(r"[^\s$]+", text[start:])
+            if word:
+                out.append(word.group(0))
+    return out
+
+
+def test_boxes_are_read_in_one_pass_as_the_reference_reads_them():
+    """Found: 20,000 unclosed \\boxed{ (or 5,000 nested boxes) took minutes: a scan on from every box."""
+    import signal
+
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from bsb.tasks.answers import extract_all_boxed
+
+    def same(text):
+        want = _boxes_reference(text)
+        assert extract_all_boxed(text) == want and extract_boxed(text) == (want[-1] if want else None), text
+
+    given(st.lists(st.sampled_from([r"\boxed", r"\fbox", "{", "}", " ", "1", "x", "$", r"\boxed ", "\n"]), max_size=40))(
+        lambda parts: same("".join(parts))
+    )()
+    for text in (r"so \boxed{42}.", r"first \boxed{1} then \boxed{\frac{a}{b^{2}}}", r"answer: \boxed 5 done",
+                 r"\boxed{unclosed", r"\boxed{1} \boxed{2", r"\boxed{\boxed{3}}", "no box"):
+        same(text)
+    _bounded(10)  # a hang guard: the quadratic scan took minutes
+    try:
+        assert extract_boxed(r"\boxed{" * 20_000) is None
+        assert extract_boxed(r"\boxed{" * 5_000 + "1" + "}" * 5_000) == "1"  # the last box is the innermost
+    finally:
+        signal.alarm(0)
