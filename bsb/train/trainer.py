@@ -140,18 +140,17 @@ class Trainer:
         return resolve(self.cfg, self.task, self.tok, seed=self.cfg.seed)
 
     def _make_backend(self, path: Path):
-        from bsb.engine.vllm_backend import engine_max_len
-        from bsb.engine.vllm_backend import rollout_backend as make_backend
+        from bsb.engine.rollout_engine import engine_max_len, make_rollout_backend, model_positions
 
         cfg = self.cfg
-        limit = self.policy.config.to_dict().get("max_position_embeddings")
+        limit = model_positions(self.policy.config)
         if limit and cfg.max_prompt_len + cfg.max_response_len > limit:
             raise ValueError(
                 f"max_prompt_len + max_response_len = {cfg.max_prompt_len + cfg.max_response_len} exceeds the model's "
                 f"{limit} positions"
             )
         probe = self.selector.config  # room for a probe after a chain: the elicitation suffix and its read
-        return make_backend(
+        return make_rollout_backend(
             cfg.backend,
             path,
             self.hf,

