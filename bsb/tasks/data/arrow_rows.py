@@ -5,6 +5,10 @@ row group of one row whose cell is too big, is refused before any of it is decod
 value repeated through a dictionary (20 kB on disk, gigabytes as rows): byte arrays are therefore decoded into
 Arrow dictionaries, which stay the size of the file's own pages, and every cell's decoded size is counted there, a
 string at its length and a list or a struct at the sum of its parts, before any row becomes Python objects.
+
+The footer also holds the row count (in all and for each row group): a file of more rows than the limit is refused
+from it, before anything is decoded. The rows are then decoded ``BATCH_ROWS`` at a time, each batch counted against
+the limits before it becomes Python objects and the next is read.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bsb.tasks.data.schemas import DataFileError
+from bsb.tasks.data.schemas import LIMIT_ENV, DataFileError, over
 
 FIXED = 8  # what a number, a bool, a null or a list's entry counts
+BATCH_ROWS = 1 << 16  # rows decoded at a time (pyarrow's default; smaller batches of nested columns decode far slower)
 
 
 def cell_bytes(array) -> np.ndarray:
@@ -54,18 +59,28 @@ def check_table(table, source: Path | str, first_row: int, max_cell: int, max_fi
     for name, column in zip(table.column_names, table.columns):
         chunks = [cell_bytes(chunk) for chunk in column.chunks]
         sizes = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
-        over = np.flatnonzero(sizes > max_cell)
-        if over.size:
-            row = first_row + int(over[0])
-            raise DataFileError(f"{source}, row {row}: column {name!r} holds over {max_cell:,} bytes")
+        big = np.flatnonzero(sizes > max_cell)
+        if big.size:
+            raise DataFileError(f"{source}, row {first_row + int(big[0])}: column {name!r} holds {over_cell(max_cell)}")
         used += int(sizes.sum())
         if used > max_file:
-            raise DataFileError(f"{source}: its rows decode to over the {max_file:,}-byte limit")
+            raise DataFileError(f"{source}: its rows decode to {over(max_file, 'byte', 'MAX_FILE_BYTES')}")
     return used
 
 
-def parquet_rows(path: Path, max_file: int, max_cell: int) -> list[tuple[str, object]]:
-    """``(row N, row)`` of a Parquet file, under the two limits (see the module docstring)."""
+def over_cell(max_cell: int) -> str:
+    """A cell over the limit, and how to raise it."""
+    return f"over {max_cell:,} bytes ({LIMIT_ENV}MAX_CELL_BYTES raises it)"
+
+
+def check_rows(source: Path | str, rows: int, max_rows: int) -> None:
+    """Refuse ``rows`` rows over ``max_rows``."""
+    if rows > max_rows:
+        raise DataFileError(f"{source}: at least {rows:,} rows, {over(max_rows, 'row', 'MAX_ROWS')}")
+
+
+def parquet_rows(path: Path, max_file: int, max_cell: int, max_rows: int) -> list[tuple[str, object]]:
+    """``(row N, row)`` of a Parquet file, under the limits (see the module docstring)."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -73,7 +88,7 @@ def parquet_rows(path: Path, max_file: int, max_cell: int) -> list[tuple[str, ob
         raise ImportError("reading Parquet needs pyarrow (pip install pyarrow)") from err
     try:
         footer = pq.ParquetFile(path)
-        _check_footer(footer.metadata, path, max_file, max_cell)
+        _check_footer(footer.metadata, path, max_file, max_cell, max_rows)
         schema = footer.schema
         text = [
             schema.column(i).path
@@ -82,8 +97,9 @@ def parquet_rows(path: Path, max_file: int, max_cell: int) -> list[tuple[str, ob
         ]
         pf = pq.ParquetFile(path, read_dictionary=text)
         rows, used = [], 0
-        for g in range(pf.num_row_groups):
-            table = pf.read_row_group(g)
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS):
+            table = pa.Table.from_batches([batch])
+            check_rows(path, len(rows) + table.num_rows, max_rows)  # a footer may undercount
             used = check_table(table, path, len(rows), max_cell, max_file, used)
             rows += table.cast(footer.schema_arrow).to_pylist()  # checked: expanded now, Python reads dense faster
     except (pa.ArrowException, OSError) as err:
@@ -92,9 +108,10 @@ def parquet_rows(path: Path, max_file: int, max_cell: int) -> list[tuple[str, ob
     return [(f"row {i}", r) for i, r in enumerate(rows)]
 
 
-def _check_footer(meta, path: Path, max_file: int, max_cell: int) -> None:
-    """The limits as far as the footer tells: each column chunk holds at least its pages' uncompressed size, and 8
-    bytes a value (what run-length-encoded values expand to)."""
+def _check_footer(meta, path: Path, max_file: int, max_cell: int, max_rows: int) -> None:
+    """The limits as far as the footer tells: its row count, and each column chunk holds at least its pages'
+    uncompressed size and 8 bytes a value (what run-length-encoded values expand to)."""
+    check_rows(path, max(meta.num_rows, sum(meta.row_group(g).num_rows for g in range(meta.num_row_groups))), max_rows)
     total, first_row = 0, 0
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
@@ -106,8 +123,8 @@ def _check_footer(meta, path: Path, max_file: int, max_cell: int) -> None:
             per_column[top] = per_column.get(top, 0) + size
         for name, size in per_column.items():
             if group.num_rows == 1 and size > max_cell:
-                raise DataFileError(f"{path}, row {first_row}: column {name!r} holds over {max_cell:,} bytes")
+                raise DataFileError(f"{path}, row {first_row}: column {name!r} holds {over_cell(max_cell)}")
         total += sum(per_column.values())
         if total > max_file:
-            raise DataFileError(f"{path}: its rows decode to over the {max_file:,}-byte limit")
+            raise DataFileError(f"{path}: its rows decode to {over(max_file, 'byte', 'MAX_FILE_BYTES')}")
         first_row += group.num_rows

@@ -6,29 +6,57 @@ The schema is recognised from the first row's columns, or named (``format=``); e
 (a file mixing schemas is an error). A malformed row is an error that names the file, the line (or row) and the
 field; a gold answer is never guessed from a field it cannot be read from.
 
-Every file has limits, checked before decoding where the format allows: ``MAX_FILE_BYTES`` of decoded rows in all
-(the file's size for text formats, the footer's sizes and then the decoded Arrow cells for Parquet) and
-``MAX_CELL_BYTES`` a cell (``MAX_LINE_BYTES`` a JSONL line). Whatever makes a file unreadable (a row, a limit, the
-csv, json or pyarrow library's own error) is one :class:`DataFileError` naming the file.
+Every file has limits, checked as it is read, before its rows become Python objects where the format allows:
+``MAX_ROWS`` rows (a Parquet file's from its footer; a text file's counted as they are read, a row past the limit
+refused before it is parsed), ``MAX_FILE_BYTES`` of decoded rows in all (the file's size for text formats, the
+footer's sizes and then the decoded Arrow cells, a batch at a time, for Parquet), ``MAX_CELL_BYTES`` a cell
+(``MAX_LINE_BYTES`` a JSONL line), and ``MAX_INFLATED_BYTES`` held by the file's answers in all: what a reader
+inflates compressed cells to (LiveCodeBench's hidden tests), counted as each problem is read. ``BSB_DATA_<NAME>`` in
+the environment sets one for a run (``BSB_DATA_MAX_ROWS=4_000_000``). An integer of more digits than Python reads
+is a row error. Whatever makes a file unreadable (a row, a limit, the csv, json or pyarrow library's own error) is
+one :class:`DataFileError` naming the file.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from bsb.tasks.base import Problem
-from bsb.tasks.data.arrow_rows import check_table, parquet_rows
-from bsb.tasks.data.schemas import SCHEMAS, DataFileError, RowError, detect
+from bsb.tasks.data.arrow_rows import FIXED, check_rows, check_table, over_cell, parquet_rows
+from bsb.tasks.data.schemas import LIMIT_ENV, SCHEMAS, DataFileError, RowError, detect, over, read_int
 
 SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+# A problem file's limits; BSB_DATA_<NAME> in the environment sets one for a run (read by limit(), each load)
+MAX_ROWS = 2 << 20  # rows (DAPO-Math-17k's parquet has 1,791,700, 17.9k problems repeated; a row loaded costs ~1 KB)
 MAX_FILE_BYTES = 8 << 30  # a file's rows, decoded (a text file's size; a Parquet file's decoded cells)
 MAX_CELL_BYTES = 256 << 20  # one cell, decoded (LiveCodeBench's largest compressed hidden tests are far smaller)
 MAX_LINE_BYTES = 64 << 20  # one JSONL problem (hidden tests included); a longer line is refused before it is parsed
+MAX_INFLATED_BYTES = 16 << 30  # a file's answers in all, inflated (a full LiveCodeBench release's tests: ~12 GB)
+# and at most this many times the file's own size (+ INFLATION_FLOOR): a real file's compressed hidden tests inflate
+# a few times over; a zlib bomb a thousand times (6.5 MB to 4.8 GB), past any small machine's memory
+MAX_INFLATION = 100
+INFLATION_FLOOR = 64 << 20
+
+
+def limit(name: str) -> int:
+    """The limit ``name`` (``MAX_ROWS``, ...): ``BSB_DATA_<name>`` from the environment where set, else the constant."""
+    raw = os.environ.get(LIMIT_ENV + name, "").strip()
+    if not raw:
+        return globals()[name]
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{LIMIT_ENV}{name}={raw!r}: expected a positive whole number (e.g. 16_000_000_000)")
+    return value
 
 
 @dataclass(frozen=True)
@@ -95,7 +123,8 @@ def hub_rows(source: HubDataset) -> list[tuple[str, object]]:
                 raise ValueError(f"{source}: {str(err).splitlines()[0]}") from None
     except (FileNotFoundError, ConnectionError, datasets.exceptions.DatasetNotFoundError) as err:
         raise FileNotFoundError(f"{source}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
-    check_table(data.data.table, source, 0, MAX_CELL_BYTES, MAX_FILE_BYTES, 0)  # before any row becomes Python
+    check_rows(source, data.num_rows, limit("MAX_ROWS"))  # before any row becomes Python
+    check_table(data.data.table, source, 0, limit("MAX_CELL_BYTES"), limit("MAX_FILE_BYTES"), 0)
     return [(f"row {i}", dict(r)) for i, r in enumerate(data)]
 
 
@@ -109,53 +138,82 @@ def read_rows(path: str | Path) -> list[tuple[str, object]]:
     if path.suffix not in SUFFIXES:
         raise DataFileError(f"{path}: unknown problem file type {path.suffix!r}; use {', '.join(SUFFIXES)}")
     if path.suffix == ".parquet":
-        return parquet_rows(path, MAX_FILE_BYTES, MAX_CELL_BYTES)
-    size = path.stat().st_size  # a text file decodes to at most its size
-    if size > MAX_FILE_BYTES:
-        raise DataFileError(f"{path}: {size:,} bytes, over the {MAX_FILE_BYTES:,}-byte limit of a problem file")
-    if path.suffix == ".csv":
-        return _csv_rows(path)
-    if path.suffix == ".json":
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise DataFileError(f"{path}: not UTF-8 text (byte {err.start})") from None
-        data = _json(text, f"{path}")
-        if not isinstance(data, list):
-            raise DataFileError(f"{path}: a .json problem file holds a list of objects")
-        rows = [(f"row {i}", r) for i, r in enumerate(data)]
-        for where, row in rows:
-            _check_cells(path, where, row)
-        return rows
-    rows = []
+        return parquet_rows(path, limit("MAX_FILE_BYTES"), limit("MAX_CELL_BYTES"), limit("MAX_ROWS"))
+    size, max_file = path.stat().st_size, limit("MAX_FILE_BYTES")  # a text file decodes to at most its size
+    if size > max_file:
+        raise DataFileError(f"{path}: {size:,} bytes, {over(max_file, 'byte', 'MAX_FILE_BYTES')}")
+    return {".csv": _csv_rows, ".json": _json_rows}.get(path.suffix, _jsonl_rows)(path)
+
+
+def _jsonl_rows(path: Path) -> list[tuple[str, object]]:
+    """A JSONL file's rows, a line at a time: a line over ``MAX_LINE_BYTES``, or a row past ``MAX_ROWS``, is refused
+    before it is parsed."""
+    rows, max_line, max_rows = [], limit("MAX_LINE_BYTES"), limit("MAX_ROWS")
     with path.open("rb") as f:
-        for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), start=1):
-            if len(raw) > MAX_LINE_BYTES:
+        for n, raw in enumerate(iter(lambda: f.readline(max_line + 1), b""), start=1):
+            if len(raw) > max_line:
                 raise DataFileError(
-                    f"{path}:{n}: a line over {MAX_LINE_BYTES >> 20} MiB; one problem per line, each a JSON object"
+                    f"{path}:{n}: a line {over(max_line, 'byte', 'MAX_LINE_BYTES')}; one problem per line, "
+                    "each a JSON object"
                 )
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
                 raise DataFileError(f"{path}:{n}: not UTF-8 text") from None
             if line.strip():
+                check_rows(path, len(rows) + 1, max_rows)
                 rows.append((f"line {n}", _json(line, f"{path}:{n}")))
     return rows
 
 
+_OPEN = re.compile(r"[ \t\n\r]*\[[ \t\n\r]*")  # a JSON list's start, and the whitespace either side
+_NEXT = re.compile(r"[ \t\n\r]*([,\]])[ \t\n\r]*")  # what follows one of its values: ',' or its end
+
+
+def _json_rows(path: Path) -> list[tuple[str, object]]:
+    """A .json file's list, parsed a row at a time: a row past ``MAX_ROWS`` is refused before it is parsed, and each
+    row's cells are checked as it is."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise DataFileError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    start = _OPEN.match(text)
+    if not start:
+        raise DataFileError(f"{path}: a .json problem file holds a list of objects")
+    rows, max_rows, max_cell, i = [], limit("MAX_ROWS"), limit("MAX_CELL_BYTES"), start.end()
+    more = text[i : i + 1] != "]"
+    if not more:
+        i += 1
+    while more:
+        check_rows(path, len(rows) + 1, max_rows)
+        where = f"row {len(rows)}"
+        value, i = _json(text, str(path), i, where)
+        _check_cells(path, where, value, max_cell)
+        rows.append((where, value))
+        after = _NEXT.match(text, i)
+        if not after:
+            raise DataFileError(f"{path}: not a JSON object (',' or ']' expected at character {i:,}, after {where})")
+        i, more = after.end(), after.group(1) == ","
+    if text[i:].strip(" \t\n\r"):
+        raise DataFileError(f"{path}: not a JSON object (extra data at character {i:,})")
+    return rows
+
+
 def _csv_rows(path: Path) -> list[tuple[str, object]]:
-    """A CSV file's rows, a cell over ``MAX_CELL_BYTES`` refused by the parser as it reads it. The csv module's
-    field limit is process-wide: set for this read only (the loaders run on one thread)."""
-    rows = []
-    previous = csv.field_size_limit(MAX_CELL_BYTES)
+    """A CSV file's rows, a cell over ``MAX_CELL_BYTES`` refused by the parser as it reads it, a row past
+    ``MAX_ROWS`` as it is read. The csv module's field limit is process-wide: set for this read only (the loaders run
+    on one thread)."""
+    rows, max_cell, max_rows = [], limit("MAX_CELL_BYTES"), limit("MAX_ROWS")
+    previous = csv.field_size_limit(max_cell)
     try:
         with path.open(newline="", encoding="utf-8") as f:
             for i, r in enumerate(csv.DictReader(f)):
+                check_rows(path, i + 1, max_rows)
                 rows.append((f"row {i}", dict(r)))
     except csv.Error as err:
-        over = "field larger than field limit" in str(err)
-        why = f"a cell over {MAX_CELL_BYTES:,} bytes" if over else f"not a readable CSV file ({err})"
-        raise DataFileError(f"{path}, row {len(rows)}: {why}") from None
+        big = "field larger than field limit" in str(err)
+        why = f"a cell {over_cell(max_cell)}" if big else None
+        raise DataFileError(f"{path}, row {len(rows)}: {why or f'not a readable CSV file ({err})'}") from None
     except UnicodeDecodeError as err:
         raise DataFileError(f"{path}: not UTF-8 text (byte {err.start})") from None
     finally:
@@ -163,32 +221,62 @@ def _csv_rows(path: Path) -> list[tuple[str, object]]:
     return rows
 
 
-def _check_cells(path: Path, where: str, row) -> None:
-    """A parsed JSON row's cells under ``MAX_CELL_BYTES`` (text at its length, anything else at 8 bytes a value)."""
+def held_bytes(value, stop: int) -> int:
+    """What ``value`` holds: text and bytes at their length, anything else at ``FIXED`` and its parts (a mapping's
+    keys and values, a list's, a tuple's or a set's items, a dataclass's fields); counting stops once past ``stop``."""
+    size, stack = 0, [value]
+    while stack and size <= stop:
+        v = stack.pop()
+        if isinstance(v, str | bytes):
+            size += len(v)
+            continue
+        size += FIXED
+        if isinstance(v, list | tuple | set | frozenset):
+            stack.extend(v)
+        elif isinstance(v, dict) or isinstance(v, Mapping):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):  # a Problem, its CodeTests
+            stack.extend(getattr(v, name) for name in v.__dataclass_fields__)
+    return size
+
+
+def _check_cells(path: Path, where: str, row, max_cell: int) -> None:
+    """A parsed JSON row's cells under ``max_cell`` bytes (:func:`held_bytes`)."""
     if not isinstance(row, dict):
         return
     for name, value in row.items():
-        size, stack = 0, [value]
-        while stack and size <= MAX_CELL_BYTES:
-            v = stack.pop()
-            if isinstance(v, dict):
-                stack.extend(v.keys())
-                stack.extend(v.values())
-            elif isinstance(v, list):
-                stack.extend(v)
-            size += len(v) if isinstance(v, str) else 8
-        if size > MAX_CELL_BYTES:
-            raise DataFileError(f"{path}, {where}: column {name!r} holds over {MAX_CELL_BYTES:,} bytes")
+        if held_bytes(value, max_cell) > max_cell:
+            raise DataFileError(f"{path}, {where}: column {name!r} holds {over_cell(max_cell)}")
 
 
-def _json(text: str, where: str):
-    """Parsed JSON; a syntax error or a nesting too deep for the parser is an error naming ``where``."""
+_DECODER = json.JSONDecoder(parse_int=read_int)  # an integer too long for Python: a RowError, not Python's message
+
+
+def _json(text: str, where: str, start: int | None = None, row: str = ""):
+    """The JSON value of the JSONL line ``text``, or ``(value, end)`` of the .json list's ``row`` at ``start``. A
+    syntax error, a nesting too deep for the parser or an integer too long to read is an error naming ``where``."""
+    named = f"{where}, {row}" if row else where
     try:
-        return json.loads(text)
+        return _DECODER.decode(text) if start is None else _DECODER.raw_decode(text, start)
     except json.JSONDecodeError as err:
-        raise DataFileError(f"{where}: not a JSON object ({err.msg}); one problem per line") from None
+        at = f"at character {err.pos:,}, {row}" if row else "one problem per line"
+        raise DataFileError(f"{where}: not a JSON object ({err.msg}); {at}") from None
     except RecursionError:
-        raise DataFileError(f"{where}: JSON nested too deeply to be a problem") from None
+        raise DataFileError(f"{named}: JSON nested too deeply to be a problem") from None
+    except RowError as err:
+        raise DataFileError(f"{named}: {err}") from None
+
+
+def _inflation_limit(path) -> tuple[int, str]:
+    """What a file's answers may hold, inflated, and the limit's name: ``MAX_INFLATED_BYTES``, or for a local file
+    ``MAX_INFLATION`` times its size (+ ``INFLATION_FLOOR``) where that is less."""
+    most = limit("MAX_INFLATED_BYTES")
+    if isinstance(path, str | Path) and Path(path).is_file():
+        relative = limit("MAX_INFLATION") * Path(path).stat().st_size + INFLATION_FLOOR
+        if relative < most:
+            return relative, "MAX_INFLATION"
+    return most, "MAX_INFLATED_BYTES"
 
 
 def rows_to_problems(
@@ -197,18 +285,28 @@ def rows_to_problems(
     read: Callable[[dict, int], Problem],
     what: str = "an object with prompt and answer fields",
 ) -> list[Problem]:
-    """Every row through ``read(row, index)``: no rows, a row that is not an object, a :class:`RowError`
-    (re-raised naming the file and the row) or a duplicate id is an error."""
+    """Every row through ``read(row, index)``: no rows, a row that is not an object, a :class:`RowError` or Python's
+    own ``ValueError`` on a value of the row (an integer too long to read; either re-raised naming the file and the
+    row), a duplicate id, or answers holding over ``MAX_INFLATED_BYTES`` in all is an error. The answers are counted
+    (:func:`held_bytes`) as each problem is read, so a reader that inflates compressed cells (a code problem's hidden
+    tests) stops at the limit; all else a problem holds comes from its row's cells, under ``MAX_FILE_BYTES``."""
     if not rows:
         raise DataFileError(f"{path} holds no problems")
-    problems, seen = [], set()
+    problems, seen, held = [], set(), 0
+    max_held, name = _inflation_limit(path)
     for i, (where, row) in enumerate(rows):
         if not isinstance(row, dict):
             raise DataFileError(f"{path}, {where}: expected {what}")
         try:
             problem = read(row, i)
-        except RowError as err:
+        except ValueError as err:  # a RowError, or Python's own (int("9" * 5000))
             raise DataFileError(f"{path}, {where}: {err}") from None
+        held += held_bytes(problem.answer, max_held - held)
+        if held > max_held:
+            raise DataFileError(
+                f"{path}, {where}: the answers read so far (hidden tests inflated from compressed cells) hold "
+                f"{over(max_held, 'byte', name)}"
+            )
         if problem.id in seen:
             raise DataFileError(f"{path}, {where}: duplicate id {problem.id!r}")
         seen.add(problem.id)

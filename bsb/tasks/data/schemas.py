@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import math
 import random
+import re
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -51,6 +53,25 @@ class DataFileError(ValueError):
     error the loaders raise for a file's content, naming the file (and the row, where there is one)."""
 
 
+LIMIT_ENV = "BSB_DATA_"  # BSB_DATA_MAX_ROWS=... raises bsb.tasks.data.files.MAX_ROWS for a run (and so on for each)
+
+
+def over(limit: int, unit: str, name: str) -> str:
+    """A limit crossed, and how to raise it: ``over the 2,097,152-row limit (BSB_DATA_MAX_ROWS raises it)``."""
+    return f"over the {limit:,}-{unit} limit ({LIMIT_ENV}{name} raises it)"
+
+
+def read_int(digits: str, field: str | None = None) -> int:
+    """``digits`` as an int; more digits than Python converts (``sys.get_int_max_str_digits()``, 4,300 by default) is
+    a :class:`RowError` (naming ``field`` where given), never Python's own message without the file."""
+    try:
+        return int(digits)
+    except ValueError:
+        what = f"field {field!r}: " if field else ""
+        cap = sys.get_int_max_str_digits()
+        raise RowError(f"{what}an integer of {len(digits):,} digits, over Python's {cap:,}-digit limit") from None
+
+
 def as_text(value, field: str) -> str:
     """``value`` as text where text belongs: a string (or a finite number, written as read); a null, a mapping, a list
     or a bool is a :class:`RowError`, never its ``repr`` as a prompt, a gold answer or a test's stdin; so is a string
@@ -59,7 +80,10 @@ def as_text(value, field: str) -> str:
         raise RowError(f"field {field!r}: expected text, got {'null' if value is None else type(value).__name__}")
     if isinstance(value, float) and not math.isfinite(value):
         raise RowError(f"field {field!r}: expected text, got {value!r}")
-    text = value if isinstance(value, str) else str(value) if isinstance(value, int | float) else None
+    try:
+        text = value if isinstance(value, str) else str(value) if isinstance(value, int | float) else None
+    except ValueError:  # an integer of more digits than Python writes
+        raise RowError(f"field {field!r}: an integer over Python's {sys.get_int_max_str_digits():,} digits") from None
     if text is None:
         raise RowError(f"field {field!r}: expected text, got {type(value).__name__}")
     try:
@@ -234,10 +258,10 @@ def read_aime(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
     if raw is None:
         raise RowError("missing field 'answer' (or 'Answer')")
     answer = _strip_dollars(as_text(raw, "answer"))
-    if not answer.lstrip("-").isdigit():
+    if not re.fullmatch(r"-?[0-9]+", answer):  # ASCII digits: str.isdigit() also passes '²', which int() refuses
         raise RowError(f"an AIME answer is an integer, got {raw!r}")
     pid = as_id(row, ("ID", "id", "problem_idx"), f"{path_stem}-{index}")
-    return _problem(pid, text, [str(int(answer))], "boxed", year=row.get("year"))
+    return _problem(pid, text, [str(read_int(answer, "answer"))], "boxed", year=row.get("year"))
 
 
 def read_gsm8k(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:

@@ -1,6 +1,7 @@
 """Problem loaders: MATH-, GSM8K- and AIME-style JSONL, Parquet, and clear errors for malformed rows."""
 
 import json
+import re
 
 import pytest
 
@@ -212,3 +213,211 @@ def test_a_hub_data_set_cell_over_the_cap_is_refused_before_it_becomes_python(tm
     monkeypatch.setattr(files, "MAX_CELL_BYTES", 1000)
     with pytest.raises(DataFileError, match=r"row 1: column 'prompt' holds over 1,000 bytes"):
         load_problems(f"hf://{tmp_path}/ds")
+
+
+# ------------------------------------------------------------------ the third hostile round: rows, inflation, integers
+
+
+def _traced_peak(fn):
+    """``fn()``'s error and the peak of Python memory (tracemalloc) while it ran."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataFileError) as err:
+            fn()
+        return err.value, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("name, body", [
+    ("one_char.jsonl", b"1\n" * 200_000),
+    ("one_char.json", b"[" + b"1," * 199_999 + b"1]"),
+    ("one_char.csv", b"prompt\n" + b"a\n" * 200_000),
+])
+def test_rows_past_the_cap_are_refused_as_they_are_read(tmp_path, monkeypatch, name, body):
+    """Found: 200 MB of one-character JSONL rows reached 3-4 GB (OOM-killed): nothing counted rows."""
+    import bsb.tasks.data.files as files
+
+    monkeypatch.setattr(files, "MAX_ROWS", 1000, raising=False)
+    path = tmp_path / name
+    path.write_bytes(body)
+    err, peak = _traced_peak(lambda: load_problems(path))
+    assert peak < 2_000_000, f"{peak:,} bytes of Python memory for a file refused at 1,000 rows ({err})"
+    assert re.search(rf"{name}: at least 1,001 rows, over the 1,000-row limit \(BSB_DATA_MAX_ROWS raises it\)", str(err))
+
+
+def test_a_jsonl_row_past_the_cap_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    import bsb.tasks.data.files as files
+
+    monkeypatch.setattr(files, "MAX_ROWS", 3, raising=False)
+    path = _jsonl(tmp_path, [{"prompt": f"p{i}", "answer": "1"} for i in range(3)] + ["{not json"])
+    with pytest.raises(DataFileError, match=r"set.jsonl: at least 4 rows, over the 3-row limit"):
+        load_problems(path)
+
+
+def test_a_parquet_file_of_too_many_rows_is_refused_from_its_footer(tmp_path, monkeypatch):
+    """Found: a 287 KB parquet file of 40 million rows reached 3-4 GB (OOM-killed)."""
+    pa = pytest.importorskip("pyarrow")
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    import bsb.tasks.data.files as files
+
+    monkeypatch.setattr(files, "MAX_ROWS", 1000, raising=False)
+    column = pa.DictionaryArray.from_arrays(pa.array(np.zeros(100_000, dtype=np.int32)), pa.array(["a"]))
+    path = _parquet(tmp_path / "rows.parquet", {"prompt": column, "answer": column}, compression="zstd")
+    assert path.stat().st_size < 10_000
+
+    def decoded(*a, **k):
+        raise AssertionError("the rows were decoded")
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", decoded)
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", decoded)
+    with pytest.raises(DataFileError, match=r"rows.parquet: at least 100,000 rows, over the 1,000-row limit"):
+        load_problems(path)
+
+
+def test_parquet_rows_are_decoded_and_checked_a_batch_at_a_time(tmp_path, monkeypatch):
+    """A footer that understates its pages (here: not read at all) is caught within a batch of the limit."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    import bsb.tasks.data.arrow_rows as arrow_rows
+    import bsb.tasks.data.files as files
+
+    path = _parquet(tmp_path / "wide.parquet", {"prompt": [f"{i:04}" + "x" * 20_000 for i in range(200)],
+                                                "answer": ["1"] * 200})
+    monkeypatch.setattr(arrow_rows, "_check_footer", lambda *a: None)
+    monkeypatch.setattr(arrow_rows, "BATCH_ROWS", 10, raising=False)
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 500_000)
+    decoded = []
+    for name in ("iter_batches", "read_row_group"):
+        real = getattr(pq.ParquetFile, name)
+
+        def spy(self, *a, _real=real, **k):
+            out = _real(self, *a, **k)
+            if isinstance(out, pa.Table):
+                decoded.append(out.num_rows)
+                return out
+            return (decoded.append(b.num_rows) or b for b in out)
+
+        monkeypatch.setattr(pq.ParquetFile, name, spy)
+    with pytest.raises(DataFileError, match=r"wide.parquet: its rows decode to over the 500,000-byte limit"):
+        load_problems(path)
+    assert sum(decoded) <= 30, f"{sum(decoded)} of 200 rows decoded before the limit was checked"
+
+
+def _lcb_row(i, tests_json):
+    import base64
+    import pickle
+    import zlib
+
+    packed = base64.b64encode(zlib.compress(pickle.dumps(tests_json), 9)).decode()
+    return {"question_id": f"q{i}", "question_content": "Solve it.", "public_test_cases": "[]",
+            "private_test_cases": packed, "metadata": "{}", "starter_code": ""}
+
+
+def test_compressed_hidden_tests_are_counted_as_they_inflate(tmp_path, monkeypatch):
+    """Found: a 6.5 MB JSONL file of LiveCodeBench rows whose zlib-compressed tests inflate to 4.8 GB in all reached
+    3-4 GB (OOM-killed): each cell was bounded, the file's total was not."""
+    import bsb.tasks.data.files as files
+    from bsb.tasks.code.problems import load_code_problems
+
+    tests = json.dumps([{"input": "1 " * (128 << 10), "output": "1", "testtype": "stdin"}])  # 256 KiB inflated
+    path = _jsonl(tmp_path, [_lcb_row(i, tests) for i in range(20)], name="lcb.jsonl")
+    assert path.stat().st_size < 40_000
+    monkeypatch.setattr(files, "MAX_INFLATED_BYTES", 1 << 20, raising=False)
+    with pytest.raises(DataFileError, match=r"lcb.jsonl, line 4: the answers read so far .* hold over the "
+                       r"1,048,576-byte limit \(BSB_DATA_MAX_INFLATED_BYTES raises it\)"):
+        load_code_problems(path)
+    monkeypatch.setattr(files, "MAX_INFLATED_BYTES", 8 << 20)
+    assert len(load_code_problems(path)) == 20
+    # by default a file's answers may hold 100x its size (+ 64 MiB): the 6.5 MB bomb stops at ~0.7 GB, not 16 GiB
+    monkeypatch.setenv("BSB_DATA_MAX_INFLATION", "10")
+    with pytest.raises(DataFileError, match=r"lcb.jsonl, line \d+: the answers read so far .* hold over the "
+                       r"[\d,]+-byte limit \(BSB_DATA_MAX_INFLATION raises it\)"):
+        monkeypatch.setattr(files, "INFLATION_FLOOR", 1 << 20)
+        load_code_problems(path)
+
+
+def test_the_limits_are_raised_or_lowered_from_the_environment(tmp_path, monkeypatch):
+    path = _jsonl(tmp_path, [{"prompt": f"p{i}", "answer": "1"} for i in range(5)])
+    monkeypatch.setenv("BSB_DATA_MAX_ROWS", "4")
+    with pytest.raises(DataFileError, match=r"at least 5 rows, over the 4-row limit"):
+        load_problems(path)
+    monkeypatch.setenv("BSB_DATA_MAX_ROWS", "1_000")
+    assert len(load_problems(path)) == 5
+    monkeypatch.setenv("BSB_DATA_MAX_ROWS", "lots")
+    with pytest.raises(ValueError, match=r"BSB_DATA_MAX_ROWS='lots': expected a positive whole number"):
+        load_problems(path)
+
+
+def test_a_hub_data_set_of_too_many_rows_is_refused_before_its_rows_become_python(tmp_path, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    import bsb.tasks.data.files as files
+
+    datasets.Dataset.from_dict({"prompt": ["a"] * 50, "answer": ["1"] * 50}).save_to_disk(str(tmp_path / "ds"))
+    monkeypatch.setattr(files, "MAX_ROWS", 10, raising=False)
+    with pytest.raises(DataFileError, match=r"at least 50 rows, over the 10-row limit"):
+        load_problems(f"hf://{tmp_path}/ds")
+
+
+BIG = "7" * 5000
+
+
+@pytest.mark.parametrize("name, body, match", [
+    ("int.jsonl", '{"prompt": "a", "answer": ' + BIG + "}\n", r"int.jsonl:1: an integer of 5,000 digits, over "
+     r"Python's 4,300-digit limit"),
+    ("int.json", '[{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": ' + BIG + "}]",
+     r"int.json, row 1: an integer of 5,000 digits"),
+    ("aime.jsonl", json.dumps({"ID": "1", "Problem": "p", "Answer": BIG}) + "\n",
+     r"aime.jsonl, line 1: field 'answer': an integer of 5,000 digits"),
+    ("aime.csv", "ID,Problem,Answer\n1,p," + BIG + "\n", r"aime.csv, row 0: field 'answer': an integer of 5,000 digits"),
+    ("sup.jsonl", json.dumps({"ID": "1", "Problem": "p", "Answer": "\u00b2"}) + "\n",
+     r"sup.jsonl, line 1: an AIME answer is an integer, got '²'"),
+    ("dash.jsonl", json.dumps({"ID": "1", "Problem": "p", "Answer": "--5"}) + "\n",
+     r"dash.jsonl, line 1: an AIME answer is an integer"),
+])
+def test_an_integer_too_long_to_read_is_a_row_error_naming_the_file(tmp_path, name, body, match):
+    """Found: a 5,000-digit integer in a field gave Python's int-conversion message without the file's name."""
+    path = tmp_path / name
+    path.write_text(body)
+    with pytest.raises(DataFileError, match=match):
+        load_problems(path)
+
+
+def test_an_integer_too_long_in_hidden_tests_names_the_file_and_row(tmp_path):
+    from bsb.tasks.code.problems import load_code_problems
+
+    tests = '[{"input": "1", "output": ' + BIG + ', "testtype": "functional"}]'
+    row = {"question_id": "q", "question_content": "s", "public_test_cases": "[]", "private_test_cases": tests,
+           "metadata": '{"func_name": "f"}'}
+    with pytest.raises(DataFileError, match=r"lcb.jsonl, line 1: .*4300 digits"):
+        load_code_problems(_jsonl(tmp_path, [row], name="lcb.jsonl"))
+
+
+def test_as_text_of_an_integer_too_long_to_write_is_a_row_error():
+    from bsb.tasks.data.schemas import RowError, as_text
+
+    with pytest.raises(RowError, match=r"field 'answer': an integer over Python's 4,300 digits"):
+        as_text(10**5000, "answer")
+
+
+@pytest.mark.parametrize("body, match", [
+    (' \n[ {"prompt": "a", "answer": "1"} ,\n {"prompt": "b", "answer": "2"} ]\n', None),
+    ("[]", "holds no problems"),
+    ("{}", "holds a list of objects"),
+    ('[{"prompt": "a", "answer": "1"},]', r"not a JSON object \(Expecting value\); at character 32, row 1"),
+    ('[{"prompt": "a", "answer": "1"}] x', r"not a JSON object \(extra data at character 33\)"),
+    ('[{"prompt": "a", "answer": "1"} {"prompt": "b"}]', r"',' or '\]' expected at character 31, after row 0"),
+])
+def test_a_json_list_is_read_a_row_at_a_time(tmp_path, body, match):
+    path = tmp_path / "list.json"
+    path.write_text(body)
+    if match is None:
+        assert [p.answer for p in load_problems(path)] == ["1", "2"]
+    else:
+        with pytest.raises(DataFileError, match=match):
+            load_problems(path)
