@@ -246,6 +246,12 @@ def require(backend, who: str, *any_of: str) -> str:
     )
 
 
+def best_k(entries: Iterable[tuple[int, float]], k: int) -> list[tuple[int, float]]:
+    """The ``k`` best ``(token, log-prob)`` pairs of a position, best first, ties broken by the lower token id: one rule
+    for every engine that returns more than ``k`` (vLLM adds the sampled token when it is outside the top-k)."""
+    return sorted(entries, key=lambda e: (-e[1], e[0]))[:k]
+
+
 def request_seeds(seed, n: int) -> list[int]:
     """The seed of each of ``n`` requests: ``seed + i`` for an int, or the list itself (one per request)."""
     if isinstance(seed, int):

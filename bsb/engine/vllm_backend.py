@@ -42,6 +42,7 @@ from bsb.engine.backend import (
     Capabilities,
     ChainResults,
     TokenStats,
+    best_k,
     check_generation_args,
     request_seeds,
 )
@@ -343,9 +344,8 @@ class VLLMBackend:
                 spent += len(prompts[j]) - (out.num_cached_tokens or 0) + read_len
                 cached += out.num_cached_tokens or 0
                 for pos, entries in enumerate(out.outputs[0].logprobs):
-                    # The sampled token is added when it is outside the top-k: keep the k best (ties: lower id).
-                    best = sorted(entries.items(), key=lambda kv: (-kv[1].logprob, kv[0]))[:k]
-                    logp[c, pos] = torch.tensor([lp.logprob for _, lp in best])
+                    best = best_k(((tok, lp.logprob) for tok, lp in entries.items()), k)
+                    logp[c, pos] = torch.tensor([lp for _, lp in best])
                     idx[c, pos] = torch.tensor([tok for tok, _ in best])
             results.append((logp, idx, spent))
             results.cached.append(cached)

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import torch
 
+from bsb.engine.backend import best_k
 from bsb.engine.web_client import MAX_REPLY_BYTES
 
 log = logging.getLogger(__name__)
@@ -40,12 +41,12 @@ class ProbeError(RuntimeError):
 
 
 def _best(entries: Sequence[tuple[int, float]], k: int) -> tuple[list[float], list[int]]:
-    """The k best (token, logprob) pairs, best first, ties broken by the lower token id (as VLLMBackend). A log-prob
-    that is NaN, positive or +inf, or a negative token id, is not a belief: a :class:`ProbeError`."""
+    """The k best (token, logprob) pairs (:func:`bsb.engine.backend.best_k`: ties to the lower id, as VLLMBackend). A
+    log-prob that is NaN, positive or +inf, or a negative token id, is not a belief: a :class:`ProbeError`."""
     for tok, lp in entries:
         if math.isnan(lp) or lp > 0 or tok < 0:
             raise ProbeError(f"the server returned log-prob {lp!r} for token {tok}: not a log-probability")
-    best = sorted(entries, key=lambda e: (-e[1], e[0]))[:k]
+    best = best_k(entries, k)
     if len(best) < k:
         raise ProbeError(f"the server returned {len(best)} log-probs where {k} were asked")
     return [lp for _, lp in best], [tok for tok, _ in best]
