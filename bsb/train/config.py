@@ -24,6 +24,7 @@ from bsb.fields import help_field as _f
 from bsb.registry import import_plugins
 from bsb.tasks.prompting import PromptConfig
 from bsb.train.advantages import ADVANTAGES
+from bsb.train.logprob_pass import PASS_NAMES
 from bsb.train.loss import LOSS_AGGS, LOSSES
 from bsb.train.samplers import EARLY_EOS_RULES
 from bsb.train.trackers import tracker_names, tracker_problems
@@ -153,7 +154,7 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
         "tree",
         "how the update forwards the rows: tree (each micro-batch's shared prompt and fork prefixes computed once, "
         "bsb.train.tree_pack; the same loss and gradients) | path (each leaf as its own sequence, the specification)",
-        choices=("tree", "path"),
+        choices=PASS_NAMES,
         resume_safe=True,
     )
     unit_question_grad: bool = _f(

@@ -46,12 +46,12 @@ from bsb.train import phases
 from bsb.train.answer_watch import AnswerWatch
 from bsb.train.config import TrainConfig
 from bsb.train.distributed import close_world, init_world
+from bsb.train.logprob_pass import resolve_pass
 from bsb.train.rewards import RewardConfig
 from bsb.train.rollout import RolloutTimes
 from bsb.train.run_folder import RunFolder
 from bsb.train.seeds import VAL_SEED, stream
 from bsb.train.sharding import place_policy
-from bsb.train.tree_pack import tree_update_refusal
 from bsb.train.update import update_policy
 
 log = logging.getLogger(__name__)
@@ -92,10 +92,10 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.placement = place_policy(load_from, self.world, self.device, self.dtype, cfg)
         self.policy = self.placement.model
-        why = tree_update_refusal(self.policy) if cfg.update_packing == "tree" else ""
+        chosen, why = resolve_pass(cfg.update_packing, self.policy)
         if why:  # decided before any rollout, said once: the per-path update computes the same loss
-            log.warning("update_packing=tree cannot update this model (%s): updating per path", why)
-            self.cfg = cfg = replace(cfg, update_packing="path")
+            log.warning("update_packing=%s cannot update this model (%s): updating per path", cfg.update_packing, why)
+            self.cfg = cfg = replace(cfg, update_packing=chosen.name)
         compute = None if self.dtype == torch.float32 else self.dtype
         self.hf = HFBackend(self.policy, self.tok, compute_dtype=compute)  # reads, generation: eval mode
         self.eos = self.tok.eos_token_id

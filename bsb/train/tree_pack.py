@@ -291,15 +291,21 @@ def check_tree_model(model) -> None:
 
 
 def tree_logprobs(
-    model, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], prefix_lens: Sequence[int]
+    model,
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    prefix_lens: Sequence[int],
+    checked: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, TreePack]:
     """:func:`bsb.train.loss.response_logprobs` of the rows, from one tree-packed forward (inside
     :func:`tree_attention_on`): ``(logp (B, R), mask (B, R), pack)``, differentiable; the pack says how many token
-    positions it computed."""
+    positions it computed. ``checked``: the model was checked already (:func:`bsb.train.logprob_pass.resolve_pass`,
+    once a run), not on every micro-batch."""
     from bsb.engine.device import compute_device
     from bsb.train.loss import token_logprobs_forward
 
-    check_tree_model(model)
+    if not checked:
+        check_tree_model(model)
     pack = pack_trees(prompts, responses, prefix_lens)
     device = compute_device(model)  # offloaded FSDP2 shards sit on the host; the forward runs on the mesh's device
     args = (

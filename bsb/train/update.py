@@ -5,15 +5,15 @@ Rows whose advantages are all zero are not back-propagated; a mini-batch with no
 gradients, skips it, or runs the 0-weighted backward, as ``homogeneous`` says. The PPO ratios are against the rollout
 policy. [TwoStage] Arm 11's unit-norm accumulation is :func:`unit_normalized_mean`.
 
-``update_packing``: ``path`` forwards each row as its own sequence (the specification); ``tree`` forwards each
-micro-batch's unique tokens once (:mod:`bsb.train.tree_pack`), its micro-batches and a rank's share made of whole fork
-groups, so a shared prefix is computed once where its rows are. Both hand the loss the same (B, R) tensors, and a
+``update_packing``: the log-prob pass (:mod:`bsb.train.logprob_pass`, resolved at trainer start): ``path`` forwards
+each row as its own sequence (the specification); ``tree`` forwards each micro-batch's unique tokens once
+(:mod:`bsb.train.tree_pack`), its micro-batches and a rank's share made of whole fork groups, so a shared prefix is
+computed once where its rows are. Both hand the loss the same (B, R) tensors, and a
 mini-batch's loss and gradient are sums over its rows, so how the rows are grouped changes no number but rounding.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import random
 from collections.abc import Sequence
@@ -24,9 +24,9 @@ import torch
 from bsb.engine.device import autocast, compute_device
 from bsb.train.config import TrainConfig
 from bsb.train.distributed import SOLO, World
-from bsb.train.loss import CLIP_STATS, LOSSES, response_logprobs, zero_grad_step
+from bsb.train.logprob_pass import PASSES, resolve_pass
+from bsb.train.loss import CLIP_STATS, LOSSES, zero_grad_step
 from bsb.train.sharding import local, whole
-from bsb.train.tree_pack import tree_attention_on, tree_logprobs
 
 
 @dataclass
@@ -97,10 +97,17 @@ def update_policy(
             "update_tokens": 0,
             "update_tokens_paths": 0,
         }
+    chosen, why = resolve_pass(cfg.update_packing, policy)  # once an update (the trainer resolved it at start)
+    if why:
+        raise ValueError(
+            f"update_packing={cfg.update_packing} cannot update this model: {why}; set update_packing=path"
+        )
     policy.train()
-    tree = tree_attention_on(policy) if cfg.update_packing == "tree" else contextlib.nullcontext()
     try:
-        with tree, autocast(compute_device(policy), compute_dtype):  # offloaded shards: the mesh's device
+        with (
+            chosen.context(policy),
+            autocast(compute_device(policy), compute_dtype),
+        ):  # offloaded shards: the mesh's device
             if cfg.unit_question_grad:
                 return _unit_question_update(policy, opt, sched, rows, cfg, pad, world)
             return _minibatch_update(policy, opt, sched, rows, cfg, pad, seed, world)
@@ -118,9 +125,9 @@ class _Tally:
 
 
 def _units(rows: list[Row], todo: list[int], packing: str) -> list[list[int]]:
-    """``todo`` as the units a rank takes whole: single rows (``path``), or fork groups in order of first appearance
-    (``tree``: a shared prefix never crosses ranks)."""
-    if packing == "path":
+    """``todo`` as the units a rank takes whole: single rows, or (a pass whose units are groups) fork groups in order
+    of first appearance: a shared prefix never crosses ranks."""
+    if not PASSES[packing].groups:
         return [[i] for i in todo]
     out: dict[tuple[int, int], list[int]] = {}
     for i in todo:
@@ -160,13 +167,12 @@ def _logprobs(
     """(B, R) log-probs and mask of rows ``chunk``, per path or tree-packed; an empty chunk forwards one pad token
     (the same collectives as the others; its log-prob is weighted 0, its tokens not counted)."""
     picked = [rows[i] for i in chunk] or [Row([pad], [pad], torch.zeros(1), -1)]
-    prompts, responses = [r.prompt for r in picked], [r.response for r in picked]
-    if packing == "tree":
-        logp, mask, pack = tree_logprobs(policy, prompts, responses, [r.prefix_len for r in picked])
-        tokens, paths = pack.tokens, pack.path_tokens
-    else:
-        logp, mask = response_logprobs(policy, prompts, responses, pad)
-        tokens = paths = sum(len(p) + len(r) for p, r in zip(prompts, responses))
+    prompts, responses, prefixes = (
+        [r.prompt for r in picked],
+        [r.response for r in picked],
+        [r.prefix_len for r in picked],
+    )
+    logp, mask, tokens, paths = PASSES[packing].logprobs(policy, prompts, responses, prefixes, pad)
     if chunk:
         tally.tokens += tokens
         tally.paths += paths

@@ -113,7 +113,8 @@ def test_a_family_bsb_does_not_know_trains_per_cut_and_a_white_box_selector_is_r
         bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id))
     model.save_pretrained(tmp_path / "gpt2")
     tok.save_pretrained(tmp_path / "gpt2")
-    cfg = dict(model=str(tmp_path / "gpt2"), task="arith", task_options=dict(ops=[1], max_operand=3), **SMALL)
+    cfg = dict(model=str(tmp_path / "gpt2"), task="arith", task_options=dict(ops=[1], max_operand=3), **SMALL,
+               max_prompt_len=128)  # GPT-2 names its 256 positions n_positions: read now (model_positions)
     with pytest.warns(RuntimeWarning, match="per-candidate re-forward"):
         trainer, rows, said = _train(TrainConfig(**cfg, selector="probe_js", out_dir=str(tmp_path / "a")), caplog)
     assert trainer.hf.plan.reads == "per_cut" and trainer.cfg.update_packing == "path"
