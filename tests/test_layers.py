@@ -6,9 +6,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "bsb"
 # top-level parts of bsb by layer (a part may import its own layer's other parts only where listed in PEERS)
-LAYER = {"registry": 0, "fields": 0, "floors": 0, "_C": 0, "kernels": 0, "tasks": 0, "embedded": 1, "engine": 1, "train": 2, "eval": 2,
+LAYER = {"registry": 0, "fields": 0, "floors": 0, "safe_io": 0, "run_files": 0, "_C": 0, "kernels": 0, "tasks": 0, "embedded": 1, "engine": 1, "train": 2, "eval": 2,
          "integrations": 3, "commands": 3, "cli": 4}
-PEERS = {("tasks", "registry"), ("tasks", "fields"), ("kernels", "_C"), ("kernels", "floors"), ("eval", "train"), ("embedded", "engine")}
+PEERS = {("tasks", "registry"), ("tasks", "fields"), ("kernels", "_C"), ("kernels", "floors"), ("run_files", "safe_io"), ("embedded", "engine")}
 # bsb.tasks inside: the protocol and answer text, then prompts and problem files, then the domains (arith is graded
 # like math; the code task's default problems are the synthetic recipes), then the name registry
 TASK_LAYER = {"base": 0, "answers": 0, "prompting": 1, "data": 1, "math": 2, "synthetic": 3, "code": 4, "registry": 5}
@@ -73,3 +73,18 @@ def test_the_checker_sees_an_upward_import(tmp_path, monkeypatch):
         assert "bsb/tasks/bad imports bsb.train.trainer" in str(err)
     else:
         raise AssertionError("an upward import went unseen")
+
+
+def test_the_run_folders_readers_import_no_torch():
+    """``bsb report`` and ``bsb export`` read a run folder's files (bsb.run_files) without torch or the training
+    config: the only eval -> train edge is gone."""
+    import subprocess
+    import sys
+
+    block = ("import sys\nclass Block:\n    def find_spec(self, name, path=None, target=None):\n"
+             "        if name.split('.')[0] == 'torch':\n            raise ImportError('torch blocked')\n"
+             "sys.meta_path.insert(0, Block())\n"
+             "import bsb.run_files, bsb.safe_io, bsb.eval.report, bsb.commands.report, bsb.commands.export\n"
+             "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]

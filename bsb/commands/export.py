@@ -3,7 +3,8 @@
 The weights are the run's best held-out checkpoint (``--best``, kept with ``keep_best``), a validation step's
 (``--step S``, kept with ``keep_last``), or by default its final model (else its latest non-sharded checkpoint).
 The folder is copied whole (weights, config, tokenizer), checked to load its config and tokenizer, and described in
-``bsb_export.json`` (run, source, step).
+``bsb_export.json`` (run, source, step). Only the run's own regular files are copied: a link or special file in the
+folder, or a link on the way to it, is one error naming them; ``bsb_best.json``'s numbers are checked.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def export(
 ) -> Path:
     import transformers
 
-    from bsb.train.run_folder import best_weights, swap_in, weights_folder
+    from bsb.run_files import best_weights, swap_in, weights_folder
+    from bsb.safe_io import copy_tree, write_text
 
     run = Path(run)
     if not run.is_dir():
@@ -69,17 +71,25 @@ def export(
     if out.exists() and not force:
         raise FileExistsError(f"{out} exists: pass --force to replace it, or --out elsewhere")
     tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    _remove(tmp)
     try:
-        shutil.copytree(source, tmp)
+        copy_tree(source, tmp, run)  # the run's regular files only: a link or special file in it is an error
         transformers.AutoConfig.from_pretrained(tmp)  # what a loader reads first: a broken folder is an error here
         transformers.AutoTokenizer.from_pretrained(tmp)
         note = {"run": str(run.resolve()), "source": str(source.relative_to(run)), "step": step}
         if best:
             note.update(best_weights(run) or {})
-        (tmp / NOTE).write_text(json.dumps(note, indent=1))
+        write_text(tmp / NOTE, json.dumps(note, indent=1))
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # a failed export leaves nothing behind
+        _remove(tmp)  # a failed export leaves nothing behind
         raise
     swap_in(tmp, out)  # an existing export (--force) is replaced only by a complete one
     return out
+
+
+def _remove(path: Path) -> None:
+    """A leftover at ``path`` gone: a link or file unlinked (never followed), a folder removed."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)

@@ -44,10 +44,11 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def write_report(path: str | Path, out: str | Path | None = None) -> tuple[Path, Path, list[str]]:
-    """``report.png`` and ``report.md`` of the run or sweep at ``path`` in ``out`` (default: ``path``); returns their
-    paths and the table's lines."""
+    """``report.png`` and ``report.md`` of the run or sweep at ``path`` in ``out`` (default: ``path``), each a new
+    regular file renamed onto its name (never written through a link); returns their paths and the table's lines."""
     from bsb.eval.report import read_runs, run_table, sweep_table
     from bsb.eval.report_figure import run_figure, sweep_figure
+    from bsb.safe_io import write_text
 
     kind, runs = read_runs(path)
     out = Path(out) if out is not None else Path(path)
@@ -57,5 +58,5 @@ def write_report(path: str | Path, out: str | Path | None = None) -> tuple[Path,
     else:
         lines, figure = sweep_table(runs), sweep_figure(out / "report.png", runs)
     table = out / "report.md"
-    table.write_text("\n".join(lines) + "\n")
+    write_text(table, "\n".join(lines) + "\n")  # a regular file of its own: a link at the name is replaced
     return figure, table, lines

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from bsb.safe_io import new_file
+
 MARKERS = "v^<>sPXD*ph"
 
 
@@ -20,17 +22,20 @@ def _plt():
 
 
 def _save(plt, fig, path) -> Path:
-    """Write ``fig`` as a PNG at ``path`` (``.png`` added to a name without a suffix, as matplotlib would) and return
-    the path written; a folder is one error, not a figure beside it."""
+    """Write ``fig`` at ``path`` in the format its suffix names (``.png`` added to a name without one, as matplotlib
+    would) and return the path written; a folder is one error, not a figure beside it."""
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() and not path.is_symlink():
         plt.close(fig)
         raise IsADirectoryError(f"{path} is a folder: name the figure's file, e.g. {path / 'figure.png'}")
     if not path.suffix:
         path = path.with_suffix(".png")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        with new_file(path, "wb") as f:  # a regular file of its own: a link at the name is replaced, not followed
+            fig.savefig(f, dpi=120, format=path.suffix[1:].lower())
+    finally:
+        plt.close(fig)
     return path
 
 

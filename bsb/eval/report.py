@@ -17,33 +17,36 @@ from pathlib import Path
 
 from bsb.eval.sweep_summary import finite, interval_text, seed_interval, step_mean
 from bsb.eval.table import markdown
-from bsb.train.run_folder import metric_rows
+from bsb.run_files import numbered_metric_rows
+from bsb.safe_io import LIMIT, number, step_number
 
 METRICS = "metrics.jsonl"
 SEEDED = re.compile(r"^(?P<arm>.+)-s(?P<seed>\d+)$")
 
-# (metrics field, label): what the table shows, in its order
+FRACTION, AT_LEAST_0, ANY = (0, 1), (0, LIMIT), (-LIMIT, LIMIT)
+# (metrics field, label, its range): what the table shows, in its order; every number the report reads is checked
+# against its range when the row is read (NaN, the trainer's 'not defined at this step', passes)
 STATS = (
-    ("val_accuracy", "held-out accuracy"),
-    ("reward_mean", "reward (training leaves)"),
-    ("accuracy", "accuracy (training leaves)"),
-    ("no_answer_rate", "responses with no answer the task reads"),
-    ("fork_yield", "fork yield"),
-    ("fork_yield_reward", "fork yield by reward"),
-    ("fork_yield_low", "fork yield, low score tercile"),
-    ("fork_yield_mid", "fork yield, middle tercile"),
-    ("fork_yield_high", "fork yield, high tercile"),
-    ("fork_rel_mean", "fork position / chain length"),
-    ("adv_abs_prefix", "mean abs. advantage, prefix nodes"),
-    ("adv_abs_leaf", "mean abs. advantage after the fork"),
-    ("refill_rate", "refills per root chain"),
-    ("fallback_rate", "Midpoint fallbacks per fork"),
-    ("probe_frac", "probe share of the step"),
-    ("time_generate", "generate, s/step"),
-    ("time_select", "select (probe), s/step"),
-    ("time_update", "update, s/step"),
-    ("time_sync", "weight sync, s/step"),
-    ("time_step", "step, s"),
+    ("val_accuracy", "held-out accuracy", FRACTION),
+    ("reward_mean", "reward (training leaves)", ANY),
+    ("accuracy", "accuracy (training leaves)", FRACTION),
+    ("no_answer_rate", "responses with no answer the task reads", FRACTION),
+    ("fork_yield", "fork yield", FRACTION),
+    ("fork_yield_reward", "fork yield by reward", FRACTION),
+    ("fork_yield_low", "fork yield, low score tercile", FRACTION),
+    ("fork_yield_mid", "fork yield, middle tercile", FRACTION),
+    ("fork_yield_high", "fork yield, high tercile", FRACTION),
+    ("fork_rel_mean", "fork position / chain length", FRACTION),
+    ("adv_abs_prefix", "mean abs. advantage, prefix nodes", AT_LEAST_0),
+    ("adv_abs_leaf", "mean abs. advantage after the fork", AT_LEAST_0),
+    ("refill_rate", "refills per root chain", AT_LEAST_0),
+    ("fallback_rate", "Midpoint fallbacks per fork", AT_LEAST_0),
+    ("probe_frac", "probe share of the step", FRACTION),
+    ("time_generate", "generate, s/step", AT_LEAST_0),
+    ("time_select", "select (probe), s/step", AT_LEAST_0),
+    ("time_update", "update, s/step", AT_LEAST_0),
+    ("time_sync", "weight sync, s/step", AT_LEAST_0),
+    ("time_step", "step, s", AT_LEAST_0),
 )
 # the step's time split the figure stacks: (field, label); the rollout's rest is scoring and dynamic sampling
 TIME_SPLIT = (
@@ -72,7 +75,7 @@ class Run:
 
 def read_run(folder: Path) -> Run:
     path = folder / METRICS
-    rows = [json.loads(line) for line in metric_rows(path)]
+    rows = [check_row(json.loads(line), f"{path}, line {n}") for n, line in numbered_metric_rows(path)]
     if not rows:
         raise ValueError(f"{path}: holds no rows yet (the run has not finished its first validation)")
     match = SEEDED.match(folder.name)
@@ -92,10 +95,25 @@ def read_runs(path: str | Path) -> tuple[str, list[Run]]:
     runs = sorted(p for p in path.iterdir() if (p / METRICS).is_file())
     if not runs:
         raise ValueError(f"{path}: holds no {METRICS} and no run folder with one (not a bsb train run or sweep)")
-    started = [p for p in runs if metric_rows(p / METRICS)]  # a run that has just begun has no row yet: not drawn
+    started = [p for p in runs if numbered_metric_rows(p / METRICS)]  # a run just begun has no row yet: not drawn
     if not started:
         raise ValueError(f"{path}: none of its {len(runs)} runs has a row yet (they have not finished a validation)")
     return "sweep", [read_run(p) for p in started]
+
+
+def check_row(row: dict, where: str) -> dict:
+    """``row`` once every number the report reads from it is checked (:data:`STATS`' ranges, the step, each fork
+    position a fraction); else one error naming ``where`` and the field."""
+    step_number(row["step"], f"{where}: step")
+    for field, _, (lo, hi) in STATS:
+        if field in row:
+            number(row[field], f"{where}: {field}", lo, hi, nan=True)
+    fracs = row.get("fork_rel", [])
+    if not isinstance(fracs, list):
+        raise ValueError(f"{where}: fork_rel must be a list of fractions in [0, 1], got {fracs!r:.40}")
+    for i, x in enumerate(fracs):
+        number(x, f"{where}: fork_rel[{i}]", 0, 1)
+    return row
 
 
 def series(rows: list[dict], field: str) -> tuple[list[int], list[float]]:
@@ -113,13 +131,13 @@ def run_value(run: Run, field: str) -> float:
 
 def fork_fractions(run: Run) -> list[float]:
     """Every recorded fork position of the run as a fraction of its chain (all steps pooled)."""
-    return [float(f) for r in run.steps for f in r.get("fork_rel") or []]
+    return [float(f) for r in run.steps for f in r.get("fork_rel", [])]
 
 
 def run_table(run: Run) -> list[str]:
     """The run's Markdown table: each statistic's steps, first, last and summary (:func:`run_value`)."""
     rows = []
-    for field, label in STATS:
+    for field, label, _ in STATS:
         steps, values = series(run.vals if field == "val_accuracy" else run.steps, field)
         if not values:
             rows.append([label, "0", "", "", ""])
@@ -143,7 +161,7 @@ def arm_summary(runs: list[Run]) -> dict[str, dict[str, tuple[float, float, int]
     out = {}
     for arm, mine in arms.items():
         out[arm] = {}
-        for field, _ in STATS:
+        for field, *_ in STATS:
             values = [run_value(r, field) for r in mine]
             out[arm][field] = (*seed_interval(values), sum(not math.isnan(v) for v in values))
     return out
@@ -165,7 +183,7 @@ SWEEP_COLUMNS = (
 def sweep_table(runs: list[Run]) -> list[str]:
     """The sweep's Markdown table: one row per arm, mean ± 95% t-interval over its runs."""
     summary = arm_summary(runs)
-    labels = dict(STATS)
+    labels = {field: label for field, label, _ in STATS}
     rows = []
     for arm, stats in summary.items():
         n = sum(r.arm == arm for r in runs)

@@ -98,3 +98,109 @@ def test_offline_probe_options_are_checked_against_the_model(command, flags, mes
     assert done.value.code == 2 and "Traceback" not in err
     assert last.startswith(f"bsb {command}: error: ") and re.search(message, last), last
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+# Hostile round 3 (issue 47): bsb export and a run folder it does not trust. Before, a link in final/ copied what it
+# points to (outside the run) into the export, two link loops filled the disk, a FIFO hung the copy, and
+# bsb_best.json's step 1e400 was a traceback while its NaN accuracy was accepted.
+def _link_out(run, outside, name):
+    (run / "final" / name).symlink_to(outside / "secret.txt")
+
+
+def _loops(run, outside):
+    (run / "final" / "a").symlink_to(run / "final")
+    (run / "final" / "b").symlink_to(".")
+
+
+def _final_is_a_link(run, outside):
+    import shutil
+
+    shutil.move(run / "final", outside / "model")
+    (run / "final").symlink_to(outside / "model")
+
+
+def _best_note(text):
+    def make(run, outside):
+        import shutil
+
+        shutil.copytree(run / "final", run / "best")
+        (run / "best" / "bsb_best.json").write_text(text)
+
+    return make
+
+
+EXPORT_CASES = [
+    (
+        "link to a file",
+        [],
+        lambda run, out: _link_out(run, out, "extra.txt"),
+        r"final: holds links or special "
+        r"files, not copied: extra.txt",
+    ),
+    ("link to a folder", [], lambda run, out: (run / "final" / "more").symlink_to(out), r"holds links .*: more"),
+    (
+        "link in a subfolder",
+        [],
+        lambda run, out: (run / "final" / "sub").mkdir() or _link_out(run, out, "sub/x"),
+        r"holds links .*: sub/x",
+    ),
+    ("two link loops", [], _loops, r"final: holds links or special files, not copied: a, b"),
+    ("a fifo", [], lambda run, out: __import__("os").mkfifo(run / "final" / "pipe"), r"not copied: pipe"),
+    ("final is a link", [], _final_is_a_link, r"final: a link, not copied \(only what is inside .*run is\)"),
+    (
+        "best step 1e400",
+        ["--best"],
+        _best_note('{"step": 1e400, "val_accuracy": 0.5}'),
+        r"bsb_best.json: step must be an integer in \[0, 1000000000\], got inf",
+    ),
+    (
+        "best step 400 digits",
+        ["--best"],
+        _best_note('{"step": 1' + "0" * 400 + ', "val_accuracy": 0.5}'),
+        r"bsb_best.json: step must be an integer in .*, got an integer of about 401 digits",
+    ),
+    ("best step true", ["--best"], _best_note('{"step": true, "val_accuracy": 0.5}'), r"step must be .*, got True"),
+    ("best step string", ["--best"], _best_note('{"step": "3", "val_accuracy": 0.5}'), r"step must be .*, got '3'"),
+    (
+        "best accuracy NaN",
+        ["--best"],
+        _best_note('{"step": 3, "val_accuracy": NaN}'),
+        r"bsb_best.json: val_accuracy must be a number in \[0, 1\], got nan",
+    ),
+    ("best accuracy 1.5", ["--best"], _best_note('{"step": 3, "val_accuracy": 1.5}'), r"val_accuracy .*got 1.5"),
+]
+
+
+@pytest.mark.parametrize("flags,make,message", [c[1:] for c in EXPORT_CASES], ids=[c[0] for c in EXPORT_CASES])
+def test_export_copies_only_the_runs_own_regular_files(flags, make, message, tmp_path, capsys, checkpoint):
+    import re
+    import shutil
+
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("root:secret")
+    shutil.copytree(checkpoint, run / "final")
+    make(run, outside)
+    start = time.monotonic()
+    with pytest.raises(SystemExit) as done:
+        main(["export", str(run), *flags])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "Traceback" not in err and time.monotonic() - start < 15
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("bsb export: error: ") and re.search(message, last), last
+    assert not [p.name for p in run.iterdir() if p.name.startswith("export-")]  # nothing exported, nothing left
+    assert sorted(p.name for p in outside.iterdir()) in (["secret.txt"], ["model", "secret.txt"])
+
+
+def test_export_of_a_clean_run_still_copies_every_regular_file(tmp_path, checkpoint, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(checkpoint, run / "final")
+    (run / "final" / "sub").mkdir()
+    (run / "final" / "sub" / "notes.txt").write_text("a regular file in a subfolder is copied")
+    assert main(["export", str(run)]) == 0
+    out = run / "export-final"
+    assert (out / "sub" / "notes.txt").read_text().startswith("a regular file")
+    assert (out / "model.safetensors").read_bytes() == (run / "final" / "model.safetensors").read_bytes()
+    assert "exported final to" in capsys.readouterr().out

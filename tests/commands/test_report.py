@@ -125,3 +125,74 @@ def test_bad_input_is_one_error_line(tmp_path, capsys, case):
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1].startswith("bsb report: error: ") and str(path) in lines[-1]
     assert not (path / "report.png").exists() if path.is_dir() else True
+
+
+# Hostile round 3 (issue 47): a run folder is not trusted. Each case below wrote through a link, raised a traceback
+# or accepted a bad value before.
+@pytest.mark.parametrize("name", ["report.md", "report.png"])
+@pytest.mark.parametrize("target", ["a file", "a missing file"])
+def test_a_link_in_the_run_folder_is_replaced_never_written_through(tmp_path, name, target):
+    run = _write(tmp_path / "run", _rows(0))
+    outside = tmp_path / "outside" / "victim"
+    outside.parent.mkdir()
+    if target == "a file":
+        outside.write_text("keep me")
+    (run / name).symlink_to(outside)
+    assert main(["report", str(run)]) == 0
+    assert not (run / name).is_symlink() and (run / name).is_file()
+    assert outside.read_text() == "keep me" if target == "a file" else not outside.exists()
+    assert [p.name for p in run.iterdir() if p.name.endswith(".part")] == []  # no temp file left beside it
+
+
+BIG = "1" + "0" * 400  # json.loads: a Python int too big for a float
+HOSTILE_ROWS = [
+    ("reward_mean", BIG, r"reward_mean must be a number in \[.*\], got an integer of about 401 digits"),
+    ("step", BIG, r"step must be an integer in \[0, 1000000000\], got an integer of about 401 digits"),
+    ("step", "true", r"not a metrics row \(a JSON object with an integer step\)"),  # refused as the rows are read
+    ("step", "-1", r"step must be an integer in \[0, 1000000000\], got -1"),
+    ("time_step", "null", r"time_step must be a number in \[0, .*\], got None"),
+    ("time_step", "[1]", r"time_step must be a number in \[0, .*\], got \[1\]"),
+    ("time_step", '{"a": 1}', r"time_step must be a number in \[0, .*\], got \{'a': 1\}"),
+    ("time_step", "-1.0", r"time_step must be a number in \[0, .*\], got -1.0"),
+    ("fork_yield", "1e400", r"fork_yield must be a number in \[0, 1\], got inf"),
+    ("fork_yield", "1.5", r"fork_yield must be a number in \[0, 1\], got 1.5"),
+    ("probe_frac", '"0.1"', r"probe_frac must be a number in \[0, 1\], got '0.1'"),
+    ("fork_rel", "5", r"fork_rel must be a list of fractions in \[0, 1\], got 5"),
+    ("fork_rel", '"123"', r"fork_rel must be a list of fractions in \[0, 1\], got '123'"),
+    ("fork_rel", "[null]", r"fork_rel\[0\] must be a number in \[0, 1\], got None"),
+    ("fork_rel", "[0.5, 2.0]", r"fork_rel\[1\] must be a number in \[0, 1\], got 2.0"),
+    ("fork_rel", "[NaN]", r"fork_rel\[0\] must be a number in \[0, 1\], got nan"),
+]
+
+
+@pytest.mark.parametrize("sweep", [False, True], ids=["run", "sweep"])
+@pytest.mark.parametrize("field,value,message", HOSTILE_ROWS, ids=[f"{f}={v[:12]}" for f, v, _ in HOSTILE_ROWS])
+def test_a_bad_number_in_metrics_is_one_line_naming_file_line_and_field(tmp_path, capsys, field, value, message, sweep):
+    import re
+
+    run = _write(tmp_path / "sweep" / "a-s0" if sweep else tmp_path / "run", _rows(0))
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    row = json.loads(lines[2])  # line 3: a training step
+    lines[2] = json.dumps({k: v for k, v in row.items() if k != field})[:-1] + f', "{field}": {value}}}'
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    if sweep:
+        _write(tmp_path / "sweep" / "a-s1", _rows(1))
+    with pytest.raises(SystemExit) as err:
+        main(["report", str(run.parent if sweep else run)])
+    out = capsys.readouterr().err
+    assert err.value.code == 2 and "Traceback" not in out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith(f"bsb report: error: {run / 'metrics.jsonl'}, line 3: "), last
+    assert re.search(message, last), last
+    assert not (run / "report.png").exists() and not (run / "report.md").exists()
+
+
+def test_an_integer_past_pythons_digit_limit_names_the_file(tmp_path, capsys):
+    run = _write(tmp_path / "run", _rows(0))
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 9, "rollout": "tree", "reward_mean": ' + "9" * 5000 + "}\n")
+    with pytest.raises(SystemExit) as err:
+        main(["report", str(run)])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.value.code == 2 and last.startswith(f"bsb report: error: {run / 'metrics.jsonl'}"), last
+    assert "digits" in last
