@@ -275,6 +275,7 @@ def read_gsm8k(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
 PROMPT_FIELDS = ("prompt", "problem", "question")
 ANSWER_FIELDS = ("answer", "final_answer", "solution")
 ID_FIELDS = ("id", "unique_id")
+MAX_BOXES = 64  # boxed answers in one worked solution: each box's text is kept, so 5,000 nested ones held ~n² bytes
 
 
 def read_plain(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
@@ -294,6 +295,8 @@ def read_plain(row: Mapping, index: int, path_stem: str, seed: int) -> Problem:
     if "####" in text:  # a GSM8K-style worked answer
         text = text.rsplit("####", 1)[1].strip().replace(",", "")
     elif "\\boxed" in text or "\\fbox" in text:  # a MATH-style worked solution
+        if text.count("\\boxed") + text.count("\\fbox") > MAX_BOXES:
+            raise RowError(f"a solution with over {MAX_BOXES} \\boxed{{}} answers (one answer, or a short list)")
         boxes = [b.strip() for b in extract_all_boxed(text) if b.strip()]
         if not boxes:
             raise RowError("the solution's \\boxed{} is not closed")

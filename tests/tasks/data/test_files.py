@@ -43,6 +43,8 @@ def test_parquet(tmp_path):
         ([{"answer": "1"}], r"line 1: missing field 'prompt' \(or 'problem', 'question'\)"),
         ([{"prompt": "a", "answer": "1", "id": 1}, {"prompt": "b", "answer": "2", "id": 1}], "duplicate id '1'"),
         ([{"prompt": "a", "solution": r"\boxed{3"}], "not closed"),
+        # found: 5,000 nested boxes kept every box's text, ~n² bytes (and 20,000 unclosed ones took minutes)
+        ([{"prompt": "a", "solution": "\\boxed{" * 5000 + "1" + "}" * 5000}], r"over 64 \\boxed\{\} answers"),
         (["[1, 2]"], "expected an object"),
         # nulls, mappings and non-text never become the string "None" or a repr
         ([{"prompt": "a", "answer": {"x": 1}}], "field 'answer': expected text, got dict"),
