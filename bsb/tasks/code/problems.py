@@ -93,6 +93,8 @@ def _decode(raw, field: str):
         text = _StringsOnly(io.BytesIO(data)).load()
     except RowError:
         raise
+    except MemoryError:  # not a malformed field: this machine cannot hold it inflated
+        raise RowError(f"field {field!r}: inflating it ran out of memory (cap {MAX_DECOMPRESSED:,} bytes)") from None
     except Exception as err:  # noqa: BLE001 - any decoding failure is a malformed field
         raise RowError(
             f"field {field!r} is neither JSON nor base64/zlib-compressed JSON ({type(err).__name__})"
