@@ -138,10 +138,10 @@ def write_whole(path: Path, text: str) -> None:
 
 
 def recover_checkpoint(out: Path) -> str:
-    """Undo a crash inside :meth:`RunFolder.save`, which writes ``checkpoint.tmp`` (complete once its ``state.json``
-    exists: written last, renamed into place), then swaps it in (:func:`swap_in`). Between the renames there is no
-    ``checkpoint/``: the newest complete one is put back. Returns what it did ("" when there was nothing to
-    recover)."""
+    """Undo a crash inside :meth:`~bsb.train.run_folder.RunFolder.save_checkpoint`, which writes ``checkpoint.tmp``
+    (complete once its ``state.json`` exists: written last, swapped into place), then swaps it in (:func:`swap_in`).
+    Between the renames there is no ``checkpoint/``: the newest complete one is put back. Returns what it did ("" when
+    there was nothing to recover)."""
     ckpt, tmp, old = out / "checkpoint", out / "checkpoint.tmp", out / "checkpoint.old"
     if ckpt.exists():
         return ""

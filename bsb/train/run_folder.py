@@ -106,7 +106,8 @@ class RunFolder:
             self.out.mkdir(parents=True, exist_ok=True)
             self.lock = RunLock(self.out)  # one trainer process a folder: a second is an error naming the first's pid
             weakref.finalize(self, self.lock.release)  # a trainer that fails to build lets the folder go
-            recover_checkpoint(self.out)  # a crash inside save() must not turn into a silent restart at step 0
+            # a crash inside save_checkpoint() must not turn into a silent restart at step 0
+            recover_checkpoint(self.out)
             drop_leftovers(self.out)  # and leaves no .old / .tmp / .part behind
         world.barrier()
 
@@ -200,7 +201,7 @@ class RunFolder:
         return changed
 
     # ------------------------------------------------------------ checkpoint
-    def save(self, placement, optimizer, scheduler, tokenizer, step: int, active_steps: int, cfg) -> None:
+    def save_checkpoint(self, placement, optimizer, scheduler, tokenizer, step: int, active_steps: int, cfg) -> None:
         """Atomic: written beside the old checkpoint, then swapped in. Sharded, every rank writes its shards of the
         model and optimizer into one DCP checkpoint and rank 0 the rest."""
         tmp, main = self.out / "checkpoint.tmp", self.world.main
@@ -221,12 +222,11 @@ class RunFolder:
                 # state.json last, and whole (renamed into place): a checkpoint.tmp holding it is complete
                 state = {"step": step, "active_steps": active_steps, "config": cfg.to_dict()}
                 state.update(world_size=self.world.size, checksums=sums)
-                (tmp / "state.json.part").write_text(json.dumps(state, indent=1))
-                os.replace(tmp / "state.json.part", tmp / "state.json")
+                write_whole(tmp / "state.json", json.dumps(state, indent=1))
                 swap_in(tmp, self.ckpt)
             self.world.barrier()
 
-    def load(self, placement, optimizer, scheduler, state: dict) -> None:
+    def load_checkpoint(self, placement, optimizer, scheduler, state: dict) -> None:
         """Optimizer, schedule and RNG states of the checkpoint (the model was loaded with the policy, or DCP loads it
         here); the metrics rows and kept weights written after it belong to the discarded run and go."""
         blob = torch.load(self.ckpt / "trainer.pt", weights_only=True, map_location="cpu")

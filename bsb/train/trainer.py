@@ -120,7 +120,7 @@ class Trainer:
         self.step, self.active_steps = 0, 0
         if state is not None:
             self.step, self.active_steps = state["step"], state.get("active_steps", 0)
-            self.folder.load(self.placement, self.opt, self.sched, state)
+            self.folder.load_checkpoint(self.placement, self.opt, self.sched, state)
             self._apply_optimizer_changes()
         self.owns_backend = rollout_backend is None
         self.backend = rollout_backend if rollout_backend is not None else self._make_backend(load_from)
@@ -330,7 +330,9 @@ class Trainer:
         return rows
 
     def save(self) -> None:
-        self.folder.save(self.placement, self.opt, self.sched, self.tok, self.step, self.active_steps, self.cfg)
+        self.folder.save_checkpoint(
+            self.placement, self.opt, self.sched, self.tok, self.step, self.active_steps, self.cfg
+        )
 
     def export(self, path: Path) -> None:
         """The policy in Hugging Face format at ``path`` (sharded: gathered to rank 0, which writes it)."""

@@ -22,8 +22,8 @@ from bsb.integrations.verl.settings import SERVER_SELECTORS, BsbSettings, VerlCo
 from bsb.train.advantages import advantages
 from bsb.train.config import TrainConfig
 from bsb.train.rollout import TreeConfig, tree_rollout
-from bsb.train.tree_options import CreditOptions
 from bsb.train.tree import Leaf, PromptTree
+from bsb.train.tree_options import CreditOptions
 
 MASK = torch.zeros(VOCAB, dtype=torch.bool)
 MASK[NL] = True

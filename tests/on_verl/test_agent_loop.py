@@ -16,8 +16,8 @@ from bsb.integrations.verl.estimators import encode_uid
 from bsb.tasks.base import Problem
 from bsb.train.advantages import advantages
 from bsb.train.rewards import RewardConfig, leaf_reward
-from bsb.train.tree_options import CreditOptions
 from bsb.train.tree import Leaf, PromptTree
+from bsb.train.tree_options import CreditOptions
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from bsb.train.advantages import STD_EPS, advantages, grpo_advantages, prefix_credit_advantages, treerl_advantages
-from bsb.train.tree_options import CreditOptions
 from bsb.train.tree import Leaf, PromptTree
+from bsb.train.tree_options import CreditOptions
 
 
 def tree(rewards_by_group, prefix=2, tail=3):
