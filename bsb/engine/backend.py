@@ -252,6 +252,18 @@ def best_k(entries: Iterable[tuple[int, float]], k: int) -> list[tuple[int, floa
     return sorted(entries, key=lambda e: (-e[1], e[0]))[:k]
 
 
+def token_ids(ids) -> list[int]:
+    """Token ids (a list, tuple or tensor of any shape) as a flat list of Python ints."""
+    return [int(x) for x in torch.as_tensor(ids, dtype=torch.long).reshape(-1).tolist()]
+
+
+def probe_prompts(prefix, cuts: Iterable[int], suffix) -> list[list[int]]:
+    """The probe sequence ``prefix[:t] + suffix`` of each cut ``t`` (§3.2), after which a belief is read: one builder
+    for every backend and the verl client (the packed forward lays the same sequences side by side)."""
+    prefix, suffix = token_ids(prefix), token_ids(suffix)
+    return [prefix[: int(t)] + suffix for t in cuts]
+
+
 def request_seeds(seed, n: int) -> list[int]:
     """The seed of each of ``n`` requests: ``seed + i`` for an int, or the list itself (one per request)."""
     if isinstance(seed, int):

@@ -23,7 +23,14 @@ from dataclasses import replace
 import torch
 
 from bsb import kernels
-from bsb.engine.backend import Capabilities, ChainResults, TokenStats, check_generation_args, request_seeds
+from bsb.engine.backend import (
+    Capabilities,
+    ChainResults,
+    TokenStats,
+    check_generation_args,
+    probe_prompts,
+    request_seeds,
+)
 from bsb.engine.device import autocast, compute_device
 from bsb.engine.families import plan
 from bsb.engine.hf_model import head_logits, lens_parts
@@ -237,11 +244,9 @@ class HFBackend:
         """Probe reads with L > 1 (§3.2): after ``prefix[:t] + suffix`` sample ``read_len`` tokens at temperature
         1 and return the raw next-token logits at every read position, (C, L, V), with the token-forwards spent.
         Position one is the exact L = 1 read; later positions follow that boundary's own sampled tokens."""
-        prefix = torch.as_tensor(prefix, dtype=torch.long).reshape(-1).tolist()
-        suffix = torch.as_tensor(suffix, dtype=torch.long).reshape(-1).tolist()
         if read_len < 1:
             raise ValueError(f"read_len must be >= 1, got {read_len}")
-        prompts = [prefix[:t] + suffix for t in cuts]
+        prompts = probe_prompts(prefix, cuts, suffix)
         ids, mask, pad = self._left_pad(prompts)
         with self._seeded(seed), self._autocast():
             out = self.model.generate(

@@ -44,6 +44,7 @@ from bsb.engine.backend import (
     TokenStats,
     best_k,
     check_generation_args,
+    probe_prompts,
     request_seeds,
 )
 from bsb.engine.device import launched_by_torchrun
@@ -321,16 +322,13 @@ class VLLMBackend:
         if read_len < 1:
             raise ValueError(f"read_len must be >= 1, got {read_len}")
         seeds = list(seeds) if seeds is not None else [0] * len(asks)
-        suffix = [int(x) for x in torch.as_tensor(suffix).reshape(-1).tolist()]
         prompts, params = [], []
         for (prefix, cuts), seed in zip(asks, seeds):
-            prefix = [int(x) for x in torch.as_tensor(prefix).reshape(-1).tolist()]
             sp = SamplingParams(
                 max_tokens=read_len, min_tokens=read_len, ignore_eos=True, logprobs=k, temperature=1.0, seed=seed
             )
-            for t in cuts:
-                prompts.append(prefix[:t] + suffix)
-                params.append(sp)
+            prompts += probe_prompts(prefix, cuts, suffix)
+            params += [sp] * len(cuts)
         outs = self._run(prompts, params) if prompts else []
         results, start = ChainResults(), 0
         for _, cuts in asks:

@@ -49,8 +49,11 @@ def make_task(name: str, options: Mapping | None = None) -> Task:
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     unknown = sorted(set(options) - set(params)) if not takes_any else []
     if unknown:
+        probe = [k for k in unknown if k in ("suffix", "probe_suffix", "read_len")]
+        hint = " (the probe's suffix and L are the run's own probe_suffix / read_len options)" if probe else ""
         raise ValueError(
             f"task {name!r} has no option(s) {', '.join(unknown)}; its options are: {', '.join(params) or 'none'}"
+            + hint
         )
     try:
         task = cls(**options)

@@ -36,6 +36,9 @@ def test_user_task_by_module_and_class():
     ("arith", {"opps": [2]}, "has no option\\(s\\) opps; its options are: ops, max_operand"),
     ("arith", {"ops": []}, "task option ops"),
     ("math", {"gate_chars": -1}, "gate_chars"),
+    # one knob for the probe: the run's probe_suffix / read_len, not a task option as well
+    ("math", {"suffix": "x"}, "has no option\\(s\\) suffix.*the run's own probe_suffix / read_len"),
+    ("code", {"read_len": 4}, "has no option\\(s\\) read_len.*the run's own probe_suffix / read_len"),
 ])
 def test_bad_tasks_are_clear_errors(name, options, match):
     with pytest.raises(ValueError, match=match):

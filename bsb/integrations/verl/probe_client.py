@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import torch
 
-from bsb.engine.backend import best_k
+from bsb.engine.backend import best_k, probe_prompts
 from bsb.engine.web_client import MAX_REPLY_BYTES
 
 log = logging.getLogger(__name__)
@@ -179,10 +179,10 @@ class CompletionsProbe:
         """One chain's reads at ``cuts`` (positions in ``prefix``): (C, L, k) log-probs, ids, tokens computed."""
         model = await self.model_name(base_url)
 
-        async def one(t: int):
+        async def one(prompt: list[int]):
             body = dict(
                 model=model,
-                prompt=[int(x) for x in prefix[:t]] + list(suffix),
+                prompt=prompt,
                 max_tokens=read_len,
                 min_tokens=read_len,
                 ignore_eos=True,
@@ -194,12 +194,13 @@ class CompletionsProbe:
             )
             return await self._json("POST", f"{base_url}/v1/completions", json=body)
 
-        replies = await asyncio.gather(*(one(t) for t in cuts))
+        prompts = probe_prompts(prefix, cuts, suffix)
+        replies = await asyncio.gather(*(one(p) for p in prompts))
         rows, spent = [], 0
-        for t, reply in zip(cuts, replies):
+        for prompt, reply in zip(prompts, replies):
             logp, ids, cached = parse_completion(reply, read_len, k)
             rows.append((logp, ids))
-            spent += t + len(suffix) - cached + read_len
+            spent += len(prompt) - cached + read_len
         return (*_stack(rows), spent)
 
 
@@ -230,8 +231,7 @@ class PromptLogprobsProbe:
             )
             PromptLogprobsProbe.warned = True
 
-        async def one(t: int):
-            context = [int(x) for x in prefix[:t]] + list(suffix)
+        async def one(context: list[int]):
             if read_len > 1:  # sample the L read tokens first (T = 1), then read the beliefs along them
                 reads, _ = await generate(
                     list(context),
@@ -267,5 +267,5 @@ class PromptLogprobsProbe:
                 tok.append(tk)
             return logp, tok, len(context) + read_len
 
-        results = await asyncio.gather(*(one(t) for t in cuts))
+        results = await asyncio.gather(*(one(p) for p in probe_prompts(prefix, cuts, suffix)))
         return (*_stack([(lp, tk) for lp, tk, _ in results]), sum(n for _, _, n in results))

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import torch
 
-from bsb.engine.backend import Capabilities, check_generation_args, request_seeds
+from bsb.engine.backend import Capabilities, check_generation_args, request_seeds, token_ids
 
 # generate(prompt_ids, sampling_params) -> (response token ids, their log-probs or None)
 Generate = Callable[[list[int], dict], Awaitable[tuple[list[int], list[float] | None]]]
@@ -96,12 +96,12 @@ class ServerBackend:
         if read_len < 1:
             raise ValueError(f"read_len must be >= 1, got {read_len}")
         seeds = list(seeds) if seeds is not None else [0] * len(asks)
-        suffix = [int(x) for x in torch.as_tensor(suffix).reshape(-1).tolist()]
+        suffix = token_ids(suffix)
 
         async def run():
             return await asyncio.gather(
                 *(
-                    self._read([int(x) for x in prefix], [int(t) for t in cuts], suffix, read_len, k, s)
+                    self._read(token_ids(prefix), [int(t) for t in cuts], suffix, read_len, k, s)
                     for (prefix, cuts), s in zip(asks, seeds)
                 )
             )

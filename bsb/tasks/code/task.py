@@ -24,7 +24,8 @@
 Options: ``train_file``, ``val_file``, ``format`` (deepcoder | livecodebench; None: recognised), ``ops`` and
 ``max_operand`` (the synthetic problems), ``timeout_s`` and ``memory_mb`` (per test run), ``workers`` (sandbox runs
 at once), ``float_tol`` (the float bound, 1e-6 as the problems' usual "error at most 1e-6"; 0: exact values, as
-LiveCodeBench's own checker), ``suffix``, ``read_len``.
+LiveCodeBench's own checker). The probe reads L = 16 tokens after a fenced-code suffix; the run's ``probe_suffix`` /
+``read_len`` override them.
 """
 
 from __future__ import annotations
@@ -178,6 +179,8 @@ class CodeTask(SyntheticTask):
     kind = "synthetic code"
     embedded_model = "code"  # `model: embedded` resolves to the embedded code default (bsb.embedded.model)
     held_out_seed, sample_seed = 10**9 + 7, 7373
+    probe_suffix = CODE_SUFFIX
+    read_len = 16
 
     def __init__(
         self,
@@ -190,11 +193,8 @@ class CodeTask(SyntheticTask):
         memory_mb: int = 512,
         workers: int = 2,
         float_tol: float = FLOAT_TOL,
-        suffix: str | None = None,
-        read_len: int = 16,
     ):
         for name, value, lo, hi in (
-            ("read_len", read_len, 1, 65536),
             ("timeout_s", timeout_s, 0.1, 3600),  # <= 0 would grade every program a timeout, silently
             ("memory_mb", memory_mb, 16, 1 << 20),
             ("workers", workers, 1, 1024),
@@ -203,13 +203,10 @@ class CodeTask(SyntheticTask):
         ):
             if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
                 raise ValueError(f"task option {name} must be a number in [{lo}, {hi}], got {value!r}")
-        if suffix is not None and not suffix:
-            raise ValueError("task option suffix must be a non-empty elicitation suffix (or None: the fenced-code one)")
         self.ops = tuple(int(n) for n in ops)
         if not self.ops or min(self.ops) < 1 or max(self.ops) > 8:
             raise ValueError(f"task option ops must be operation counts in [1, 8], got {list(ops)}")
-        self.max_operand, self.read_len, self.float_tol = max_operand, read_len, float_tol
-        self.probe_suffix = suffix or CODE_SUFFIX
+        self.max_operand, self.float_tol = max_operand, float_tol
         # Loaded now, so a malformed file is an error before any model is loaded.
         self.train = load_code_problems(train_file, format) if train_file else None
         self.val = load_code_problems(val_file, format) if val_file else None

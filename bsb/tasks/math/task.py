@@ -15,8 +15,9 @@ equivalence), so ``1/2`` and ``\\frac{1}{2}`` agree where verl's exact string ru
 
 Options (``task_options``): ``train_file`` (training problems; ``bsb train`` needs it), ``val_file`` (held-out
 problems; validation and the offline commands), ``format`` (a schema name; None: recognised per file), ``gate_chars``
-([TwoStage]'s derivation gate, 30 in the paper; boxed answers only), ``suffix`` (the probe's elicitation suffix;
-None: the convention's), ``read_len`` (L), ``choice_seed`` (the seed of multiple-choice option orders).
+([TwoStage]'s derivation gate, 30 in the paper; boxed answers only), ``choice_seed`` (the seed of multiple-choice
+option orders). The probe's suffix is the convention's and L is 1; the run's ``probe_suffix`` / ``read_len`` override
+them (one knob each, :class:`bsb.engine.probe.ProbeConfig`).
 """
 
 from __future__ import annotations
@@ -61,17 +62,11 @@ class MathTask(Task):
         val_file: str | None = None,
         format: str | None = None,
         gate_chars: int | None = None,
-        suffix: str | None = None,
-        read_len: int = 1,
         choice_seed: int = 0,
     ):
         if gate_chars is not None and gate_chars < 0:
             raise ValueError(f"task option gate_chars must be >= 0 or None, got {gate_chars}")
-        if suffix is not None and not suffix:
-            raise ValueError("task option suffix must be a non-empty elicitation suffix (or None: the convention's)")
-        if read_len < 1:
-            raise ValueError(f"task option read_len must be >= 1, got {read_len}")
-        self.gate_chars, self.read_len = gate_chars, read_len
+        self.gate_chars = gate_chars
         self.grader = MathGrader()
         # Loaded now, so a malformed file is an error before any model is loaded.
         self.train_set = load_problem_set(train_file, format, choice_seed) if train_file else None
@@ -81,7 +76,7 @@ class MathTask(Task):
         self.train_file, self.val_file = train_file, val_file
         first = (self.train or self.val or [None])[0]
         self.convention = first.meta.get("convention", "boxed") if first is not None else "boxed"
-        self.probe_suffix = suffix or SUFFIXES[self.convention]
+        self.probe_suffix = SUFFIXES[self.convention]
 
     def held_out(self, n: int) -> list[Problem]:
         if self.val is None:

@@ -14,7 +14,7 @@ mid-chain and its sampled chains have real pivots:
 
 :class:`ArithTask` is the ``arith`` task on these problems: boxed integer answers graded like math
 (:class:`bsb.tasks.math.task.MathTask`). Options: ``ops`` (operation counts; the held-out set cycles through them),
-``max_operand`` (match the embedded model's), ``gate_chars``, ``suffix`` and ``read_len`` as for math.
+``max_operand`` (match the embedded model's), ``gate_chars`` as for math; the probe reads after ``Answer: ``.
 """
 
 from __future__ import annotations
@@ -198,10 +198,9 @@ class ArithTask(SyntheticTask, MathTask):
         ops: tuple[int, ...] | list[int] = (2, 3),
         max_operand: int = 5,
         gate_chars: int | None = None,
-        suffix: str = ANSWER_PREFIX,
-        read_len: int = 1,
     ):
-        super().__init__(gate_chars=gate_chars, suffix=suffix, read_len=read_len)  # boxed answers, graded like math
+        super().__init__(gate_chars=gate_chars)  # boxed answers, graded like math
+        self.probe_suffix = ANSWER_PREFIX
         self.ops = tuple(int(n) for n in ops)
         if not self.ops or min(self.ops) < 1:
             raise ValueError(f"task option ops must be a non-empty list of operation counts >= 1, got {list(ops)}")
