@@ -76,8 +76,8 @@ def test_the_checker_sees_an_upward_import(tmp_path, monkeypatch):
 
 
 def test_the_run_folders_readers_import_no_torch():
-    """``bsb report`` and ``bsb export`` read a run folder's files (bsb.run_files) without torch or the training
-    config: the only eval -> train edge is gone."""
+    """``bsb report``, ``bsb export`` and the sweep's summary read a run folder's files (bsb.run_files) without torch
+    or the training config: the only eval -> train edge is gone."""
     import subprocess
     import sys
 
@@ -85,6 +85,7 @@ def test_the_run_folders_readers_import_no_torch():
              "        if name.split('.')[0] == 'torch':\n            raise ImportError('torch blocked')\n"
              "sys.meta_path.insert(0, Block())\n"
              "import bsb.run_files, bsb.safe_io, bsb.eval.report, bsb.commands.report, bsb.commands.export\n"
+             "import bsb.eval.sweep_summary\n"
              "print('torch' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
