@@ -7,22 +7,28 @@ import torch
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'belief-shift-branching[cpu]')")
 
+from strict_vllm import StrictLLM  # noqa: E402
+
 from bsb.engine.vllm_backend import VLLM_DTYPES, VLLMBackend  # noqa: E402
 
 
-class FakeLLM:
-    def __init__(self, **kwargs):
-        self.kwargs, self.calls, self.slept = kwargs, [], []
+class FakeLLM(StrictLLM):
+    """vLLM's LLM, each call bound against the installed vLLM's signatures (:class:`StrictLLM`)."""
 
-    def generate(self, prompts, params, use_tqdm=False):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.calls, self.slept = [], []
+
+    def generate(self, *args, **kwargs):
+        prompts = super().generate(*args, **kwargs)["prompts"]
         self.calls.append(len(prompts))
         return [type("Out", (), {"outputs": [type("C", (), {"token_ids": [1, 2]})()]})() for _ in prompts]
 
-    def sleep(self, level=1):
-        self.slept.append(("sleep", level))
+    def sleep(self, *args, **kwargs):
+        self.slept.append(("sleep", super().sleep(*args, **kwargs)["level"]))
 
-    def wake_up(self, tags=None):
-        self.slept.append(("wake", tags))
+    def wake_up(self, *args, **kwargs):
+        self.slept.append(("wake", super().wake_up(*args, **kwargs)["tags"]))
 
 
 @pytest.fixture

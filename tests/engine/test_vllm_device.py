@@ -12,6 +12,8 @@ import torch
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'belief-shift-branching[cpu]')")
 
+from strict_vllm import StrictLLM  # noqa: E402
+
 from bsb import floors  # noqa: E402
 from bsb.engine.vllm_backend import VLLMBackend  # noqa: E402
 from bsb.train.config import TrainConfig  # noqa: E402
@@ -33,32 +35,36 @@ def vllm_gpu(kwargs: dict) -> int:
     return executor._distributed_args(stub)[2]
 
 
-class RecordingLLM:
-    """vLLM's ``LLM`` as bsb uses it: records its keyword arguments, the GPU vLLM would take, the environment its
-    start saw, and every call after, in one log shared with the stand-in ``torch.cuda.empty_cache``."""
+class RecordingLLM(StrictLLM):
+    """vLLM's ``LLM`` as bsb uses it, every call bound against the installed vLLM's signatures (:class:`StrictLLM`):
+    records its keyword arguments, the GPU vLLM would take, the environment its start saw, and every call after, in
+    one log shared with the stand-in ``torch.cuda.empty_cache``."""
 
     log: list = []
 
     def __init__(self, **kwargs):
-        self.kwargs = kwargs
+        super().__init__(**kwargs)
         self.gpu = vllm_gpu(kwargs)
         self.env = {k: os.environ.get(k) for k in TORCHRUN}
         self.loaded: list[str] = []
 
-    def sleep(self, level=1):
-        self.log.append(("sleep", level))
+    def sleep(self, *args, **kwargs):
+        self.log.append(("sleep", super().sleep(*args, **kwargs)["level"]))
 
-    def wake_up(self, tags=None):
-        self.log.append(("wake_up", tags))
+    def wake_up(self, *args, **kwargs):
+        self.log.append(("wake_up", super().wake_up(*args, **kwargs)["tags"]))
 
-    def collective_rpc(self, method, kwargs=None):
-        self.loaded += [name for name, _ in kwargs["weights_iterator"]]  # consumed inside the call, as vLLM does
-        self.log.append(("rpc", method))
+    def collective_rpc(self, *args, **kwargs):
+        got = super().collective_rpc(*args, **kwargs)
+        self.loaded += [name for name, _ in got["kwargs"]["weights_iterator"]]  # consumed inside, as vLLM does
+        self.log.append(("rpc", got["method"]))
 
-    def reset_prefix_cache(self):
+    def reset_prefix_cache(self, *args, **kwargs):
+        super().reset_prefix_cache(*args, **kwargs)
         self.log.append(("reset_prefix_cache",))
 
-    def generate(self, prompts, params, use_tqdm=False):
+    def generate(self, *args, **kwargs):
+        prompts = super().generate(*args, **kwargs)["prompts"]
         return [types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=[1])]) for _ in prompts]
 
 
