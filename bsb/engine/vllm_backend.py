@@ -191,6 +191,13 @@ class VLLMBackend:
             )
 
     @property
+    def engine_name(self) -> str:
+        """The engine and its release, as an error about it names them (e.g. ``vLLM 0.32.0``)."""
+        import vllm
+
+        return f"vLLM {vllm.__version__}"
+
+    @property
     def read_path(self) -> str:
         """How this engine serves reads (:func:`bsb.engine.reader.read_path`)."""
         return f"engine prefix cache (block {self.block_size})"

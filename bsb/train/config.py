@@ -175,6 +175,13 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
     grad_clip: float = _f(1.0, "gradient norm clip", gt=0)
     # --- run
     backend: str = _f("auto", "rollout engine: auto (vLLM when installed) | vllm | hf", choices=BACKEND_NAMES)
+    sync_check_every: int = _f(
+        50,
+        "check that the rollout engine serves the policy's weights (log-probs of a fixed sequence, "
+        "bsb.engine.weight_sync) after the first weight sync and then every N syncs; 0: never",
+        ge=0,
+        resume_safe=True,
+    )
     probe_reader: str = _f(
         "auto",
         "who serves the selector's reads: engine (the rollout engine) | policy (the trainer's HF policy: packed "

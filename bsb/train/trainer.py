@@ -40,6 +40,7 @@ from bsb.engine.device import check_colocation, resolve_device, resolve_dtype
 from bsb.engine.probe import SelectorConfig, answer_tokens, check_against_model, resolve
 from bsb.engine.reader import bind_reader, read_path
 from bsb.engine.selectors import make_selector
+from bsb.engine.weight_sync import check_ids, check_sync
 from bsb.tasks.base import Problem, hook
 from bsb.tasks.registry import make_task
 from bsb.train import phases
@@ -126,8 +127,9 @@ class Trainer:
         self.backend = rollout_backend if rollout_backend is not None else self._make_backend(load_from)
         # the engine holds its own copy of the weights: synced after every update
         self.separate_engine = capabilities(self.backend).weight_sync
+        self.syncs, self.sync_ids = 0, check_ids(self.tok, self.hf.vocab_size)
         if self.separate_engine and (rollout_backend is not None or (state is not None and self.folder.sharded)):
-            self.backend.load_weights(self.placement.engine_weights(self.dtype))  # a shared engine may hold others
+            self._sync_engine()  # a shared engine may hold others
         # who reads for the selector, chosen and bound once (the policy keeps its KV when it generates and reads)
         bind_reader(cfg.probe_reader, self.selector, self.backend, self.hf)
         # sharded: forwards of the policy itself (HF rollouts, white-box reads) run on its gathered weights
@@ -225,8 +227,7 @@ class Trainer:
         self.active_steps += any(r.active for r in rows)
         t_update = time.perf_counter() - t1
         t2 = time.perf_counter()
-        if self.separate_engine:  # the engine wakes itself for the sync: weights, then the KV cache
-            self.backend.load_weights(self.placement.engine_weights(self.dtype))
+        gap = self._sync_engine() if self.separate_engine else None  # the engine wakes itself: weights, KV cache
         t_sync = time.perf_counter() - t2
         self.step += 1
         timing = {"time_rollout": t_rollout, "time_update": t_update, "time_sync": t_sync}
@@ -234,7 +235,21 @@ class Trainer:
         m = phases.step_metrics(self.step, generated, kept, rows, total, reasons, update, timing)
         m["active_steps"] = self.active_steps
         m["probe_read_path"] = read_path(self.selector)
+        if gap is not None:
+            m["sync_gap"] = gap
         return m
+
+    def _sync_engine(self) -> float | None:
+        """The policy's weights into the rollout engine, checked (:func:`check_sync`) after the first sync and then
+        every ``sync_check_every``: the gap in nats a token, or None when not checked."""
+        self.backend.load_weights(self.placement.engine_weights(self.dtype))
+        self.syncs += 1
+        every = self.cfg.sync_check_every
+        if not every or (self.syncs - 1) % every:
+            return None
+        with self.placement.whole_weights(True):
+            name = getattr(self.backend, "engine_name", "")
+            return check_sync(self.backend, self.hf, self.sync_ids, self.dtype, name)
 
     def _generate_round(self, problems: list[Problem], kind: str, seed: int) -> tuple[phases.Generated, Counter]:
         """One round's trees, scored: this rank generates its contiguous share of ``problems`` (seeded by their

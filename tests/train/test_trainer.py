@@ -520,3 +520,61 @@ def test_the_no_answer_rate_counts_only_unreadable_responses(tmp_path, caplog):
     verdicts = {k: v for k, v in row.items() if k.startswith("verdict_")}
     assert row["no_answer_rate"] == verdicts.get("verdict_no_answer", 0) / sum(verdicts.values())
     assert row["no_answer_rate"] < 0.9 and not [r for r in caplog.records if "no answer the" in r.getMessage()]
+
+
+class CopyEngine:
+    """A separate rollout engine (weight_sync): HF generation on its own copy of the weights, which load_weights fills
+    from the trainer's sync, with one tensor garbled when ``corrupt`` names it (a reload that went wrong)."""
+
+    def __init__(self, model_dir, corrupt=None):
+        from dataclasses import replace
+
+        from bsb.engine.hf_backend import HFBackend
+
+        self.hf = HFBackend(transformers.AutoModelForCausalLM.from_pretrained(model_dir))
+        self.capabilities = replace(HFBackend.capabilities, weight_sync=True, white_box=False, belief_logits=False,
+                                    reuses_kv=False)
+        self.corrupt, self.loads = corrupt, 0
+
+    def load_weights(self, weights):
+        state = dict(weights)
+        if self.corrupt:
+            state[self.corrupt] = torch.randn_like(state[self.corrupt])
+        self.hf.model.load_state_dict(state)
+        self.loads += 1
+
+    def generate(self, *args, **kwargs):
+        return self.hf.generate(*args, **kwargs)
+
+    def token_stats(self, prompt, response):
+        return self.hf.token_stats(prompt, response)
+
+    def sleep(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_the_weight_sync_is_checked_after_the_first_sync_and_every_n(model_dir, tmp_path):
+    engine = CopyEngine(model_dir)
+    cfg = config(model_dir, tmp_path / "run", steps=3, val_every=0, save_every=0, selector="midpoint",
+                 sync_check_every=2)
+    rows = Trainer(cfg, rollout_backend=engine).run()
+    # a shared engine is synced at start (sync 1, checked), then after steps 1, 2, 3 (syncs 2-4: the third checked)
+    assert engine.loads == 4
+    assert [("sync_gap" in r) for r in rows if r["step"] > 0] == [False, True, False]
+    assert [r["sync_gap"] for r in rows if "sync_gap" in r] == [0.0]
+
+
+def test_a_garbled_weight_sync_stops_training_with_one_error(model_dir, tmp_path):
+    from bsb.engine.weight_sync import WeightSyncError
+
+    engine = CopyEngine(model_dir, corrupt="model.layers.0.mlp.down_proj.weight")
+    cfg = config(model_dir, tmp_path / "run", steps=2, val_every=0, save_every=0, selector="midpoint")
+    with pytest.raises(WeightSyncError, match=r"rollout engine \(CopyEngine\) does not serve the policy's weights"):
+        Trainer(cfg, rollout_backend=engine).run()
+    off = CopyEngine(model_dir, corrupt="model.layers.0.mlp.down_proj.weight")
+    cfg = config(model_dir, tmp_path / "run2", steps=1, val_every=0, save_every=0, selector="midpoint",
+                 sync_check_every=0)
+    assert Trainer(cfg, rollout_backend=off).run()[-1]["step"] == 1  # sync_check_every=0: never checked
