@@ -152,6 +152,15 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
     micro_batch: int = _f(
         16, "rows per forward/backward (gradient accumulation; does not change the loss)", ge=1, size_limit=65536
     )
+    micro_batch_tokens: int = _f(
+        0,
+        "token positions a forward/backward computes at most, as verl's ppo_max_token_len_per_gpu: whole fork groups "
+        "(their prompt and shared prefix once) packed while they fit, a group past it split by rows; with "
+        "micro_batch, whichever is reached first; 0: rows only (does not change the loss; a run that ran out of "
+        "memory resumes with a smaller one)",
+        ge=0,
+        resume_safe=True,
+    )
     update_packing: str = _f(
         TreePass.name,
         "how the update forwards the rows: tree (each micro-batch's shared prompt and fork prefixes computed once, "

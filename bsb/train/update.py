@@ -135,17 +135,30 @@ def _units(rows: list[Row], todo: list[int], packing: str) -> list[list[int]]:
     return list(out.values())
 
 
-def _chunks(units: list[list[int]], size: int) -> list[list[int]]:
-    """Micro-batches of at most ``size`` rows from ``units`` in order; a unit that fits is not split."""
-    out, cur = [], []
+def _unit_tokens(rows: list[Row], unit: list[int]) -> int:
+    """Token positions a forward of ``unit`` computes at most: its rows' prompt and shared prefix once (the rows of a
+    fork group share both), then each row's own tail; for a single row, its prompt + response."""
+    first = rows[unit[0]]
+    return len(first.prompt) + first.prefix_len + sum(len(rows[i].response) - rows[i].prefix_len for i in unit)
+
+
+def _chunks(units: list[list[int]], size: int, tokens=None, budget: int = 0) -> list[list[int]]:
+    """Micro-batches from ``units`` in order, each at most ``size`` rows and, with a ``budget``, at most ``budget``
+    tokens (``tokens(unit)``); a unit that fits is not split, one that does not goes in runs of its rows (a row over
+    the budget alone)."""
+
+    def fits(n: int, t: int) -> bool:
+        return n <= size and (not budget or t <= budget)
+
+    out, cur, used = [], [], 0
     for unit in units:
-        if cur and len(cur) + len(unit) > size:
-            out.append(cur)
-            cur = []
-        cur = cur + unit
-        while len(cur) > size:  # a unit larger than a micro-batch
-            out.append(cur[:size])
-            cur = cur[size:]
+        pieces = [unit] if fits(len(unit), tokens(unit) if budget else 0) else [[i] for i in unit]
+        for piece in pieces:
+            t = tokens(piece) if budget else 0
+            if cur and not fits(len(cur) + len(piece), used + t):
+                out.append(cur)
+                cur, used = [], 0
+            cur, used = cur + piece, used + t
     return out + ([cur] if cur else [])
 
 
@@ -155,7 +168,8 @@ def _plan(rows: list[Row], todos: list[list[int]], cfg: TrainConfig, world: Worl
 
     def chunks(w: World) -> list[list[int]]:
         mine = [i for todo in todos for unit in w.part(_units(rows, todo, cfg.update_packing)) for i in unit]
-        return _chunks(_units(rows, mine, cfg.update_packing), cfg.micro_batch)
+        units = _units(rows, mine, cfg.update_packing)
+        return _chunks(units, cfg.micro_batch, lambda unit: _unit_tokens(rows, unit), cfg.micro_batch_tokens)
 
     most = max(len(chunks(replace(world, rank=r))) for r in range(world.size))
     return chunks(world), most

@@ -172,8 +172,9 @@ def _three_steps(model, rows, cfg):
 
 @pytest.mark.parametrize("extra", [dict(), dict(minibatches=2, micro_batch=3),
                                    dict(unit_question_grad=True, grad_accum_questions=2, micro_batch=5),
-                                   dict(homogeneous="backward", loss="flat", gradient_checkpointing=True)],
-                         ids=["default", "two_minibatches", "arm11", "checkpointing_flat"])
+                                   dict(homogeneous="backward", loss="flat", gradient_checkpointing=True),
+                                   dict(micro_batch_tokens=16)],
+                         ids=["default", "two_minibatches", "arm11", "checkpointing_flat", "token_budget"])
 def test_three_update_steps_end_at_the_path_runs_weights(extra):
     """update_policy three times (AdamW): the tree-packed weights within 1e-5 of the per-path ones, with the
     old-log-prob pass (two mini-batches), [TwoStage] Arm 11's unit-norm accumulation, and gradient checkpointing
@@ -282,3 +283,29 @@ def test_three_training_steps_with_tree_packing_end_at_the_path_runs_weights(tmp
         torch.testing.assert_close(weights["tree"][k], want, atol=1e-5, rtol=1e-5, msg=k)
     assert [p for _, p in tokens["tree"]] == [p for p, _ in tokens["path"]]  # the same rows were trained
     assert all(t < p for t, p in tokens["tree"])  # and the tree pass computed fewer positions
+
+
+def test_a_token_budget_packs_whole_fork_groups_and_splits_only_what_does_not_fit():
+    """micro_batch_tokens: every micro-batch within the budget (a row over it alone), fork groups kept whole where they
+    fit, every row once and in order; 0 leaves the row-count chunks as they were."""
+    rows = rows_for(TrainConfig())
+    units = update._units(rows, list(range(len(rows))), "tree")
+    cost = lambda unit: update._unit_tokens(rows, unit)  # noqa: E731
+    assert [cost(u) for u in units] == [18, 19, 19, 9, 14, 16, 7, 9, 5]  # prompt + shared prefix once, then tails
+
+    def chunk_cost(chunk, budget):  # each whole group at its cost, the rows of a split one at their own
+        return sum(cost(u) if cost(u) <= budget else sum(cost([i]) for i in u if i in chunk)
+                   for u in units if set(u) & set(chunk))
+
+    for budget in (16, 20, 40, 400):
+        chunks = update._chunks(units, 8, cost, budget)
+        assert [i for c in chunks for i in c] == list(range(len(rows)))
+        assert all(len(c) <= 8 and (chunk_cost(c, budget) <= budget or len(c) == 1) for c in chunks)
+        whole = [u for u in units if cost(u) <= budget and len(u) <= 8]
+        assert all(any(set(u) <= set(c) for c in chunks) for u in whole)  # a group that fits is never split
+    # groups of 18 + 19 tokens fit 40 together; 19 + 9 + 14 would not: a new micro-batch, and so on in order
+    assert update._chunks(units, 8, cost, 40) == [units[0] + units[1], units[2] + units[3],
+                                                  units[4] + units[5] + units[6], units[7] + units[8]]
+    # a budget below a group's 18 tokens: its rows go one by one (each a row's own prompt + response)
+    assert update._chunks(units[:1], 8, cost, 16) == [[0], [1], [2]]
+    assert update._chunks(units, 4) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16], [17]]
