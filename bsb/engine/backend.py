@@ -15,7 +15,8 @@ a clear error naming what is missing. Each capability promises the methods of on
 * ``belief_topk``, :class:`ProbeTopK`: ``probe_topk(asks, suffix, read_len, k, seeds)``, each chain's top-k beliefs
   (C, L, k); Probe-JS runs ``bsb.kernels.probe_js_topk`` on them (black-box engines);
 * ``token_stats`` (and ``token_entropy``), :class:`TokenStatsReader`: ``token_stats(prompt, response)``, a
-  :class:`TokenStats` (surprisal, margin; the entropy when ``token_entropy``);
+  :class:`TokenStats` (surprisal, margin; the entropy when ``token_entropy``), and ``token_stats_many(pairs)`` for
+  several ``(prompt, response)`` pairs in one engine call;
 * ``white_box``, :class:`WhiteBox`: ``model`` (the HF module), ``packed_reads(...)`` (the packed forward) and
   ``lens_profiles_many(asks, suffix)`` (``asks`` of ``(prefix, cuts, answer)``): Lens-Shift, BSV;
 * ``weight_sync``, :class:`WeightSync`: ``sleep()`` (frees the engine's memory for the update; a GPU engine drops
@@ -149,6 +150,8 @@ class ProbeTopK(Protocol):
 @runtime_checkable
 class TokenStatsReader(Protocol):
     def token_stats(self, prompt: Sequence[int], response: Sequence[int]) -> TokenStats: ...
+
+    def token_stats_many(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[TokenStats]: ...
 
 
 @runtime_checkable

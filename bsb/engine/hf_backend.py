@@ -309,6 +309,10 @@ class HFBackend:
         cat = lambda k: torch.cat(out[k]).cpu()  # noqa: E731
         return TokenStats(cat("s"), cat("h"), cat("m"), token_forwards=ids.shape[1])
 
+    def token_stats_many(self, pairs) -> list[TokenStats]:
+        """:meth:`token_stats` of several ``(prompt, response)`` pairs (one forward each)."""
+        return [self.token_stats(p, r) for p, r in pairs]
+
     @torch.no_grad()
     def generate(
         self,

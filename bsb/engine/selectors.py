@@ -312,22 +312,36 @@ class Newline(Selector):
         return [float(-j) for j in range(len(pool.positions))], 0
 
 
-class Entropy(Selector):
+class _TokenStatsSelector(Selector):
+    """A selector scored from each chain's token statistics (surprisal, margins), every chain's read in one backend
+    call (``token_stats_many``)."""
+
+    requires = ("token_stats",)
+
+    def from_stats(self, stats, pool) -> list[float]:
+        raise NotImplementedError
+
+    def score_many(self, items, backend, seed=0):
+        stats = backend.token_stats_many([(chain.prompt, chain.response) for _, chain, _ in items]) if items else []
+        return [(self.from_stats(s, pool), s.token_forwards) for (_, _, pool), s in zip(items, stats)]
+
+    def score(self, chain, pool, backend, index, seed=0):
+        return self.score_many([(index, chain, pool)], backend, seed)[0]
+
+
+class Entropy(_TokenStatsSelector):
     """Segment-mean sampled-token surprisal after each boundary (TreeRL's read, adapted to the pool)."""
 
     name = "entropy"
-    requires = ("token_stats",)
 
-    def score(self, chain, pool, backend, index, seed=0):
-        stats = backend.token_stats(chain.prompt, chain.response)
+    def from_stats(self, stats, pool):
         ends = pool.positions[1:] + [pool.chain_len]
-        return [float(stats.surprisal[t:e].mean()) for t, e in zip(pool.positions, ends)], stats.token_forwards
+        return [float(stats.surprisal[t:e].mean()) for t, e in zip(pool.positions, ends)]
 
 
-class _MarginWindow(Selector):
+class _MarginWindow(_TokenStatsSelector):
     """Token-position selectors of [TwoStage] §5.6: candidates are the positions of a window, not newlines."""
 
-    requires = ("token_stats",)
     ranks_boundaries = False
 
     def pool(self, chain, newline_mask):
@@ -339,28 +353,23 @@ class _MarginWindow(Selector):
         positions = list(range(max(lo, 1), last + 1))
         return CandidatePool(positions, "window", len(chain.response)) if positions else base
 
-    def margins(self, chain, pool, backend):
-        stats = backend.token_stats(chain.prompt, chain.response)
-        return [float(stats.margin[t]) for t in pool.positions], stats.token_forwards
-
 
 class MinMargin(_MarginWindow):
     name = "min_margin"
 
-    def score(self, chain, pool, backend, index, seed=0):
-        margins, spent = self.margins(chain, pool, backend)
-        return [-m for m in margins], spent
+    def from_stats(self, stats, pool):
+        return [-float(stats.margin[t]) for t in pool.positions]
 
 
 class FirstGap(_MarginWindow):
     name = "first_gap"
 
-    def score(self, chain, pool, backend, index, seed=0):
-        margins, spent = self.margins(chain, pool, backend)
+    def from_stats(self, stats, pool):
+        margins = [float(stats.margin[t]) for t in pool.positions]
         gaps = [j for j, m in enumerate(margins) if m <= self.config.gap_threshold]
         if gaps:  # chronological: the first gap scores highest, later gaps after it
-            return [float(len(margins) - gaps.index(j)) if j in gaps else -math.inf for j in range(len(margins))], spent
-        return [-m for m in margins], spent  # min-margin fallback
+            return [float(len(margins) - gaps.index(j)) if j in gaps else -math.inf for j in range(len(margins))]
+        return [-m for m in margins]  # min-margin fallback
 
 
 # ---------------------------------------------------------------------------------------------- belief reads

@@ -28,6 +28,7 @@ but only on releases well above bsb's vLLM floor; the external launcher works on
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 import os
 import socket
@@ -46,6 +47,7 @@ from bsb.engine.backend import (
     check_generation_args,
     probe_prompts,
     request_seeds,
+    token_ids,
 )
 from bsb.engine.device import launched_by_torchrun
 from bsb.engine.vllm_logging import engine_output, route_vllm_logs
@@ -298,22 +300,19 @@ class VLLMBackend:
         return [list(o.outputs[0].token_ids) for o in self._run(prompts, params)]
 
     def token_stats(self, prompt, response):
+        return self.token_stats_many([(prompt, response)])[0]
+
+    def token_stats_many(self, pairs):
+        """:class:`TokenStats` of several ``(prompt, response)`` pairs from one engine call (``prompt_logprobs=2``: the
+        actual token's log-prob and the top two); the entropy is unknown (NaN)."""
         from vllm import SamplingParams
 
-        prompt, response = [int(x) for x in prompt], [int(x) for x in response]
-        if not prompt or not response:
+        pairs = [(token_ids(p), token_ids(r)) for p, r in pairs]
+        if any(not p or not r for p, r in pairs):
             raise ValueError("token_stats needs a non-empty prompt and response")
-        out = self._run([prompt + response], SamplingParams(max_tokens=1, prompt_logprobs=2, temperature=0.0))[0]
-        surprisal, margin = [], []
-        for i, tok in enumerate(response):
-            entries = out.prompt_logprobs[len(prompt) + i]  # the top-2 and the actual token
-            surprisal.append(-entries[tok].logprob)
-            top = sorted((lp.logprob for lp in entries.values()), reverse=True)
-            margin.append(top[0] - top[1] if len(top) > 1 else float("inf"))
-        n = len(prompt) + len(response)
-        return TokenStats(
-            torch.tensor(surprisal), torch.full((len(response),), float("nan")), torch.tensor(margin), token_forwards=n
-        )
+        params = SamplingParams(max_tokens=1, prompt_logprobs=2, temperature=0.0)
+        outs = self._run([p + r for p, r in pairs], params) if pairs else []
+        return [_token_stats(out.prompt_logprobs, p, r) for out, (p, r) in zip(outs, pairs)]
 
     def probe_topk(self, asks, suffix, read_len: int = 1, k: int = 20, seeds=None):
         """Top-k elicited beliefs of several chains ``[(prefix, cuts), ...]`` in one engine call (one seed per chain):
@@ -355,3 +354,17 @@ class VLLMBackend:
             results.append((logp, idx, spent))
             results.cached.append(cached)
         return results
+
+
+def _token_stats(prompt_logprobs, prompt: list[int], response: list[int]) -> TokenStats:
+    """Surprisal and top-1 − top-2 margin of each response token from vLLM's prompt log-probs (per position a dict
+    of the top two and the actual token)."""
+    surprisal, margin = [], []
+    for entries, tok in zip(prompt_logprobs[len(prompt) :], response):
+        surprisal.append(-entries[tok].logprob)
+        top = heapq.nlargest(2, (lp.logprob for lp in entries.values()))
+        margin.append(top[0] - top[1] if len(top) > 1 else float("inf"))
+    n = len(response)
+    return TokenStats(
+        torch.tensor(surprisal), torch.full((n,), float("nan")), torch.tensor(margin), token_forwards=len(prompt) + n
+    )

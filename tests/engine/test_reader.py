@@ -26,6 +26,9 @@ class Engine:
     def token_stats(self, prompt, response):
         raise AssertionError("not read here")
 
+    def token_stats_many(self, pairs):
+        raise AssertionError("not read here")
+
 
 class Policy:
     """The trainer's white-box policy: it can keep its generation's keys and values for the reads; records what the
@@ -41,6 +44,9 @@ class Policy:
         raise AssertionError("not read here")
 
     def token_stats(self, prompt, response):
+        raise AssertionError("not read here")
+
+    def token_stats_many(self, pairs):
         raise AssertionError("not read here")
 
     def packed_reads(self, prefix, cuts, suffix, answer=None, with_hidden=False):

@@ -549,6 +549,9 @@ class CopyEngine:
     def token_stats(self, prompt, response):
         return self.hf.token_stats(prompt, response)
 
+    def token_stats_many(self, pairs):
+        return self.hf.token_stats_many(pairs)
+
     def sleep(self):
         pass
 
