@@ -53,12 +53,17 @@ def sync_gap(engine, policy, ids: Sequence[int]) -> float:
 def check_sync(engine, policy, ids: Sequence[int], dtype: torch.dtype, engine_name: str = "") -> float:
     """The gap of :func:`sync_gap`, or one :class:`WeightSyncError` naming the engine (its version) when it exceeds
     :func:`sync_tolerance` of ``dtype``, the engine's weights' dtype."""
-    gap, tol = sync_gap(engine, policy, ids), sync_tolerance(dtype)
+    return check_gap(sync_gap(engine, policy, ids), len(ids), dtype, engine_name or type(engine).__name__)
+
+
+def check_gap(gap: float, n_ids: int, dtype: torch.dtype, name: str) -> float:
+    """``gap`` (nats a token over an ``n_ids``-token sequence), or the :class:`WeightSyncError` naming engine ``name``
+    when it exceeds :func:`sync_tolerance` of ``dtype`` (several ranks pass their worst, so all stop together)."""
+    tol = sync_tolerance(dtype)
     if not gap <= tol:  # a NaN gap is a mismatch too
-        name = engine_name or type(engine).__name__
         raise WeightSyncError(
             f"after the weight sync the rollout engine ({name}) does not serve the policy's weights: its log-probs of "
-            f"a fixed {len(ids)}-token sequence differ by {gap:.3g} nats a token on average (at most {tol:g} for "
+            f"a fixed {n_ids}-token sequence differ by {gap:.3g} nats a token on average (at most {tol:g} for "
             f"{str(dtype).removeprefix('torch.')} weights). Rollouts would sample from other weights than the ones "
             "trained; this engine's layer-wise weight reload is suspect: upgrade it, or set sync_check_every=0 to "
             "train anyway"

@@ -25,6 +25,7 @@ committed answer and the verifier.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from dataclasses import replace
@@ -40,7 +41,7 @@ from bsb.engine.device import check_colocation, resolve_device, resolve_dtype
 from bsb.engine.probe import SelectorConfig, answer_tokens, check_against_model, resolve
 from bsb.engine.reader import bind_reader, read_path
 from bsb.engine.selectors import make_selector
-from bsb.engine.weight_sync import check_ids, check_sync
+from bsb.engine.weight_sync import check_gap, check_ids, sync_gap
 from bsb.tasks.base import Problem, hook
 from bsb.tasks.registry import make_task
 from bsb.train import phases
@@ -240,7 +241,7 @@ class Trainer:
         return m
 
     def _sync_engine(self) -> float | None:
-        """The policy's weights into the rollout engine, checked (:func:`check_sync`) after the first sync and then
+        """The policy's weights into the rollout engine, checked (:func:`check_gap`) after the first sync and then
         every ``sync_check_every``: the gap in nats a token, or None when not checked."""
         self.backend.load_weights(self.placement.engine_weights(self.dtype))
         self.syncs += 1
@@ -248,8 +249,11 @@ class Trainer:
         if not every or (self.syncs - 1) % every:
             return None
         with self.placement.whole_weights(True):
-            name = getattr(self.backend, "engine_name", "")
-            return check_sync(self.backend, self.hf, self.sync_ids, self.dtype, name)
+            gap = sync_gap(self.backend, self.hf, self.sync_ids)
+        # every rank's engine checked; all stop on the worst, none left waiting in a collective the others quit
+        worst = max(self.world.gather(gap), key=lambda g: math.inf if math.isnan(g) else g)
+        name = getattr(self.backend, "engine_name", "") or type(self.backend).__name__
+        return check_gap(worst, len(self.sync_ids), self.dtype, name)
 
     def _generate_round(self, problems: list[Problem], kind: str, seed: int) -> tuple[phases.Generated, Counter]:
         """One round's trees, scored: this rank generates its contiguous share of ``problems`` (seeded by their

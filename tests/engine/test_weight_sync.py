@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bsb.engine.hf_backend import HFBackend
-from bsb.engine.weight_sync import WeightSyncError, check_ids, check_sync, sync_gap, sync_tolerance
+from bsb.engine.weight_sync import WeightSyncError, check_gap, check_ids, check_sync, sync_gap, sync_tolerance
 
 transformers = pytest.importorskip("transformers")
 
@@ -74,3 +74,11 @@ def test_the_check_sequence_is_text_the_tokenizer_makes(policy):
             return []
 
     assert check_ids(Nothing(), 96) == list(range(32))
+
+
+def test_a_nan_gap_is_a_mismatch_and_a_small_one_passes():
+    with pytest.raises(WeightSyncError, match="differ by nan nats"):
+        check_gap(float("nan"), 32, torch.float32, "vLLM 9.9.9")
+    assert check_gap(5e-4, 32, torch.float32, "vLLM 9.9.9") == 5e-4
+    with pytest.raises(WeightSyncError, match="at most 0.001 for float32"):
+        check_gap(2e-3, 32, torch.float32, "vLLM 9.9.9")
