@@ -272,10 +272,14 @@ def memory_report(
     console = console or Console()
     models: dict[tuple[str, float], list[str]] = {}
     longest: dict[str, int] = {}  # each model's longest chain over its configs (prompt + response)
+    updates: dict[str, list] = {}  # each model's configs' update micro-batches: (rows, width, checkpointing)
     for path in _configs(paths):
         cfg = TrainConfig.from_yaml(path)
         models.setdefault((cfg.model, cfg.vllm_gpu_memory_utilization), []).append(str(path))
-        longest[cfg.model] = max(longest.get(cfg.model, 0), cfg.max_prompt_len + cfg.max_response_len)
+        width = cfg.max_prompt_len + cfg.max_response_len
+        longest[cfg.model] = max(longest.get(cfg.model, 0), width)
+        rows = cfg.micro_batch if not cfg.micro_batch_tokens else min(cfg.micro_batch, cfg.micro_batch_tokens // width)
+        updates.setdefault(cfg.model, []).append((max(1, rows), width, cfg.gradient_checkpointing))
     title = f"Memory a GPU holds ({gpu_bytes / 1e9:.0f} GB each), GB: FSDP2-sharded trainer, engine"
     cols = (
         "model",
@@ -288,6 +292,8 @@ def memory_report(
         "share",
         "fits",
         "chain state (KV + recurrent)",
+        "update activations",
+        "checkpointed rows",
     )
     table = Table(title=title)
     for col in cols:
@@ -303,9 +309,14 @@ def memory_report(
             if state
             else "— (no config.json)"
         )
+        update = _worst_update(arch, updates[model])
         for g in gpus:
             plan = memory_plan(n, g, gpu_bytes, util)
-            rows.append({"model": model, "configs": len(where), "params": n, **plan, "chain_state": state})
+            acts, ckpt_rows = _update_fit(arch, update, plan)
+            if acts is not None:  # a family not modelled: the weights' and state's figure alone
+                plan["fits"] = plan["fits"] and plan["trainer_bytes"] + acts <= plan["trainer_room"]
+            row = {"model": model, "configs": len(where), "params": n, **plan, "chain_state": state}
+            rows.append({**row, "update": update, "update_bytes": acts, "checkpointed_rows": ckpt_rows})
             cells = [
                 Path(model).name,
                 str(len(where)),
@@ -315,8 +326,12 @@ def memory_report(
                     f"{plan[k] / 1e9:.1f}"
                     for k in ("trainer_bytes", "trainer_room", "engine_weight_bytes", "engine_share")
                 ),
-                "yes" if plan["fits"] else "no",
+                ("yes" if plan["fits"] else "no") + ("" if acts is not None else " (weights and state)"),
                 state_cell,
+                "— (not modelled)"
+                if acts is None
+                else f"{acts / 1e9:.1f} ({update[0]} x {update[1]:,}{', ckpt' if update[2] else ''})",
+                "—" if ckpt_rows is None else str(ckpt_rows),
             ]
             table.add_row(*cells)
             lines.append(f"| {' | '.join(cells)} |")
@@ -330,9 +345,34 @@ def memory_report(
         "in its share. Lower bounds: activations, the KV cache and one gathered layer come on top. chain state: what "
         "the engine keeps for one chain of the configs' longest prompt + response in bf16: keys and values of the "
         "attention layers (a sliding layer's window only) plus a recurrent layer's fixed Mamba-2 state, from the "
-        "checkpoint's config.json (or the paper model's)."
+        "checkpoint's config.json (or the paper model's). update activations: what the configs' largest micro-batch "
+        "(rows x tokens) keeps for its backward in bf16 per path (bsb.engine.activations; masks included; the "
+        "tree-packed attention's gathered contexts not modelled); fits counts them. checkpointed rows: rows of the "
+        "longest chain a micro-batch may hold with gradient_checkpointing beside the trainer's state (0: none fits; "
+        "set micro_batch_tokens to rows x tokens)."
     )
     return rows
+
+
+def _worst_update(arch, shapes: list) -> tuple[int, int, bool]:
+    """Of the micro-batches ``(rows, width, checkpointing)`` a model's configs set, the one that keeps the most."""
+    from bsb.engine.activations import update_activation_bytes
+
+    if arch is None:
+        return max(shapes)
+    return max(shapes, key=lambda s: update_activation_bytes(arch, *s) or 0)
+
+
+def _update_fit(arch, update: tuple[int, int, bool], plan: dict) -> tuple[float | None, int | None]:
+    """The update's activation bytes as the config sets it, and how many rows of its width fit with checkpointing
+    in what the trainer's state leaves (None where the family is not modelled)."""
+    from bsb.engine.activations import update_activation_bytes
+
+    acts = update_activation_bytes(arch, *update) if arch is not None else None
+    if acts is None:
+        return None, None
+    row = update_activation_bytes(arch, 1, update[1], True)
+    return acts, max(0, int((plan["trainer_room"] - plan["trainer_bytes"]) // row))
 
 
 def model_report(

@@ -137,19 +137,37 @@ def model_params(path) -> float:
     )
 
 
-# The rollout-state fields of [Fork]'s models (their config.json files on the hub), for a plan made before the
-# checkpoint is downloaded; a local checkpoint's own config.json is read instead (rollout_architecture).
+# The rollout-state and activation fields of [Fork]'s models (their config.json files on the hub), for a plan made
+# before the checkpoint is downloaded; a local checkpoint's own config.json is read instead (rollout_architecture).
+# The MLP widths agree with KNOWN_PARAMS to 0.1% (embeddings, attention and 3·d·f a layer).
 OLMO3_7B = dict(
     model_type="olmo3",
     num_hidden_layers=32,
     num_attention_heads=32,
     num_key_value_heads=32,
     hidden_size=4096,
+    intermediate_size=11008,
     sliding_window=4096,
 )  # the base and the SFT checkpoint share one architecture
 KNOWN_ARCHITECTURES = {
-    "Qwen3-4B-Base": dict(model_type="qwen3", num_hidden_layers=36, num_key_value_heads=8, head_dim=128),
-    "Qwen3-8B-Base": dict(model_type="qwen3", num_hidden_layers=36, num_key_value_heads=8, head_dim=128),
+    "Qwen3-4B-Base": dict(
+        model_type="qwen3",
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        hidden_size=2560,
+        intermediate_size=9728,
+    ),
+    "Qwen3-8B-Base": dict(
+        model_type="qwen3",
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        hidden_size=4096,
+        intermediate_size=12288,
+    ),
     "Olmo-3-7B-Instruct-SFT": OLMO3_7B,
     "Olmo-3-1025-7B": OLMO3_7B,
     "NVIDIA-Nemotron-Nano-9B-v2-Base": dict(
