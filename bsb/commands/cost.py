@@ -276,10 +276,8 @@ def memory_report(
     for path in _configs(paths):
         cfg = TrainConfig.from_yaml(path)
         models.setdefault((cfg.model, cfg.vllm_gpu_memory_utilization), []).append(str(path))
-        width = cfg.max_prompt_len + cfg.max_response_len
-        longest[cfg.model] = max(longest.get(cfg.model, 0), width)
-        rows = cfg.micro_batch if not cfg.micro_batch_tokens else min(cfg.micro_batch, cfg.micro_batch_tokens // width)
-        updates.setdefault(cfg.model, []).append((max(1, rows), width, cfg.gradient_checkpointing))
+        longest[cfg.model] = max(longest.get(cfg.model, 0), cfg.max_prompt_len + cfg.max_response_len)
+        updates.setdefault(cfg.model, []).append(cfg.largest_micro_batch())
     title = f"Memory a GPU holds ({gpu_bytes / 1e9:.0f} GB each), GB: FSDP2-sharded trainer, engine"
     cols = (
         "model",

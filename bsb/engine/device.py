@@ -244,10 +244,14 @@ def memory_plan(params: float, world_size: int, gpu_bytes: float, gpu_memory_uti
     }
 
 
-def check_colocation(path, device: torch.device, gpu_memory_utilization: float, world_size: int = 1) -> None:
+def check_colocation(
+    path, device: torch.device, gpu_memory_utilization: float, world_size: int = 1, update: tuple | None = None
+) -> None:
     """The trainer next to a vLLM engine on one GPU needs its fp32 weights, gradients and two AdamW moments (16 bytes
-    a parameter; sharded over ``world_size`` ranks with FSDP2, 16·P/N a rank) in what the engine leaves: a share that
-    leaves less is one error before any model loads."""
+    a parameter; sharded over ``world_size`` ranks with FSDP2, 16·P/N a rank) in what the engine leaves, and beside
+    them the activations of its largest micro-batch, ``update`` = (rows, tokens a row, gradient checkpointing)
+    (:mod:`bsb.engine.activations`; a family it does not model is not checked): a share that leaves less is one error
+    before any model loads, naming the fix."""
     total = torch.cuda.get_device_properties(device).total_memory
     plan = memory_plan(checkpoint_params(path), world_size, total, gpu_memory_utilization)
     need, room = plan["trainer_bytes"], plan["trainer_room"]
@@ -258,4 +262,22 @@ def check_colocation(path, device: torch.device, gpu_memory_utilization: float, 
             f"{total / 2**30:.1f} GiB, but its fp32 weights, gradients and AdamW state need about "
             f"{need / 2**30:.1f} GiB a GPU{ranks}; "
             "lower vllm_gpu_memory_utilization or launch more ranks (torchrun --nproc_per_node)"
+        )
+    from bsb.engine.activations import update_activation_bytes
+
+    arch = rollout_architecture(path) if update is not None else None
+    acts = update_activation_bytes(arch, *update) if arch is not None else None
+    if acts is not None and need + acts > room:
+        rows, width, checkpointing = update
+        fit = int((room - need) // update_activation_bytes(arch, 1, width, True))
+        fix = (
+            f"set gradient_checkpointing=true and micro_batch_tokens={fit * width} ({fit} row(s) of {width:,} tokens "
+            "fit)"
+            if fit
+            else "no checkpointed row of that length fits: launch more ranks or shorten max_response_len"
+        )
+        raise ValueError(
+            f"the update's micro-batch of {rows} x {width:,} tokens keeps about {acts / 2**30:.1f} GiB of activations"
+            f"{' (checkpointed)' if checkpointing else ''} beside {need / 2**30:.1f} GiB of trainer state, in the "
+            f"{room / 2**30:.1f} GiB the engine leaves (bsb cost --memory); {fix}"
         )

@@ -356,6 +356,14 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
             raise ValueError(f"{path}: a config file must be a mapping of field: value")
         return cls.from_dict(data)
 
+    def largest_micro_batch(self) -> tuple[int, int, bool]:
+        """The update's largest micro-batch as the memory model sees it (:mod:`bsb.engine.activations`): ``(rows,
+        tokens a row, gradient checkpointing)``, rows of the longest prompt + response, ``micro_batch`` of them or as
+        many as ``micro_batch_tokens`` holds (at least one)."""
+        width = self.max_prompt_len + self.max_response_len
+        rows = min(self.micro_batch, self.micro_batch_tokens // width) if self.micro_batch_tokens else self.micro_batch
+        return max(1, rows), width, self.gradient_checkpointing
+
     def to_dict(self) -> dict:
         """The fields and their values (copies), model and task first, the probe options beside the selector."""
         values = dataclasses.asdict(self)

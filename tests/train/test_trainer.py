@@ -375,6 +375,32 @@ def test_colocation_check_names_the_missing_room(tmp_path, monkeypatch):
         D.check_colocation(tmp_path, torch.device("cuda"), 0.9)  # 10 kB left
 
 
+def test_colocation_check_refuses_an_update_whose_activations_do_not_fit(tmp_path, monkeypatch):
+    """A Llama of 4 layers (d 320, f 1,000) beside an engine on a 2 GB GPU: four 8,192-token rows keep ~10 GB of
+    activations, one error at start naming gradient_checkpointing and a micro_batch_tokens that fits; checkpointed
+    one-row micro-batches pass."""
+    from bsb.engine import device as D
+    from bsb.engine.activations import update_activation_bytes
+
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=320, intermediate_size=1000, num_attention_heads=5,
+                                   num_key_value_heads=5, head_dim=64, num_hidden_layers=4)
+    cfg.save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"0" * (2 * 1000))  # 1,000 bf16 parameters: state is negligible
+
+    class Props:
+        total_memory = 2 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: Props())
+    assert update_activation_bytes(cfg, 4, 8192, False) > 2**30
+    with pytest.raises(ValueError, match=r"micro-batch of 4 x 8,192 tokens keeps about .* GiB of activations .* "
+                                         r"set gradient_checkpointing=true and micro_batch_tokens=\d+"):
+        D.check_colocation(tmp_path, torch.device("cuda"), 0.5, update=(4, 8192, False))
+    D.check_colocation(tmp_path, torch.device("cuda"), 0.5, update=(1, 8192, True))
+    small = config("unused", tmp_path / "r", micro_batch=4, micro_batch_tokens=9000, max_prompt_len=192,
+                   max_response_len=8000, gradient_checkpointing=True)
+    assert small.largest_micro_batch() == (1, 8192, True)
+
+
 @pytest.mark.parametrize("left", ["tmp_and_old", "old_only"])
 def test_a_crash_inside_save_resumes_from_the_newest_complete_checkpoint(model_dir, tmp_path, left):
     """save() renames checkpoint -> checkpoint.old, then checkpoint.tmp -> checkpoint: a crash between the two
