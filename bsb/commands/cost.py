@@ -340,7 +340,7 @@ def memory_report(
     console.print(
         "trainer: fp32 weights, gradients and AdamW moments sharded over the GPUs; room: what "
         "vllm_gpu_memory_utilization leaves it. engine: the colocated vLLM engine's bf16 weights (whole on every rank) "
-        "in its share. Lower bounds: activations, the KV cache and one gathered layer come on top. chain state: what "
+        "in its share. The KV cache and one gathered layer come on top. chain state: what "
         "the engine keeps for one chain of the configs' longest prompt + response in bf16: keys and values of the "
         "attention layers (a sliding layer's window only) plus a recurrent layer's fixed Mamba-2 state, from the "
         "checkpoint's config.json (or the paper model's). update activations: what the configs' largest micro-batch "
