@@ -6,12 +6,15 @@
    ``--layers`` of its 28, fewer on a CPU): T trees of M = 4 chains and k = 2 siblings, prompts of 200 tokens, chains
    of each ``--lens`` length, forks at the chain's midpoint or in its first tenth. One mini-batch's loss forward and
    backward (the update's work on those rows), per path and tree-packed: token-forwards, time, peak memory (CUDA).
-2. **The embedded default**: ``--steps`` whole training steps of each CPU arm (configs/cpu/arms: Midpoint, Probe-JS,
+2. **The mask build** per fork-group size (``--mask-tokens``, unique tokens of one tree of four fork groups): the
+   host-built reference masks (the build before 2026-12-06) against the vectorised build on the device, and the
+   whole pack (indices included); on CUDA also the flex_attention block masks.
+3. **The embedded default**: ``--steps`` whole training steps of each CPU arm (configs/cpu/arms: Midpoint, Probe-JS,
    Lens-Shift, Entropy) with each packing, the update phase timed separately (``time_update``), with the arm's mean
    fork position (as a fraction of its chain) beside it.
 
 Every row prints the ratios path / tree: the token-forward ratio and the time ratio (the saving realised).
-``--smoke``: toy sizes, seconds (a test runs it).
+``--smoke``: toy sizes, seconds (a test runs it). ``--mask-tokens`` with no sizes skips the mask build.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import transformers
 
 from bsb.train import update
 from bsb.train.config import TrainConfig
-from bsb.train.tree_pack import tree_attention_on
+from bsb.train.tree_pack import _segments, _tree_mask, _window, pack_trees, reference_tree_mask, tree_attention_on
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from inputs import QWEN3_06B  # noqa: E402  (bench/ beside this script)
@@ -131,6 +134,45 @@ def _ratios(row: dict, res: dict) -> dict:
     }
 
 
+def _timed(fn, device, repeat: int = 3) -> float:
+    """The best of ``repeat`` timings of ``fn()`` (synchronised on CUDA)."""
+    best = float("inf")
+    for _ in range(repeat):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def mask_build(args, device) -> list[dict]:
+    """The tree mask built on the host segment by segment (before) and on the device by vectorised ops (after), per
+    group size; a sliding window of 4,096 (OLMo-3's) made from it once; the whole pack with that window."""
+    return [_mask_case(target, args.prompt, device) for target in args.mask_tokens]
+
+
+def _mask_case(target: int, prompt: int, device) -> dict:
+    length = max(8, (target - prompt) // 8)  # four fork groups of a root and two siblings: ~8 chain lengths
+    rows = paper_rows(1, prompt, length, "mid", 1000)
+    prompts, responses, cuts = [r.prompt for r in rows], [r.response for r in rows], [r.prefix_len for r in rows]
+    segs, _ = _segments(prompts, responses, cuts)
+    positions = pack_trees(prompts, responses, cuts).positions
+    host = _timed(lambda: reference_tree_mask(segs, positions), torch.device("cpu"))
+    moved = positions.to(device)
+    dev = _timed(lambda: _tree_mask(segs, moved, device), device)
+    levels = _tree_mask(segs, moved, device).levels
+    window = _timed(lambda: [_window(lv, moved, 4096) for lv in levels], device)
+    whole = _timed(lambda: pack_trees(prompts, responses, cuts, device, windows=(4096,)), device)
+    row = {"case": f"mask, {positions.numel():,} tokens", "tokens": positions.numel(), "host_s": host,
+           "device_s": dev, "ratio": host / dev, "window_s": window, "pack_s": whole}  # fmt: skip
+    if device.type == "cuda":
+        row["flex_s"] = _timed(lambda: pack_trees(prompts, responses, cuts, device, (4096,), "flex"), device)
+    return row
+
+
 def embedded_steps(args) -> list[dict]:
     """``--steps`` training steps of each CPU arm with each packing (the HF backend: the same trees for both as long
     as the weights agree, which they do to rounding)."""
@@ -198,13 +240,29 @@ def main(argv=None) -> list[dict]:
         help="embedded arms (configs/cpu/arms)",
     )
     ap.add_argument("--skip-paper", action="store_true", help="only the embedded arms")
+    ap.add_argument(
+        "--mask-tokens", type=int, nargs="*", default=None, help="mask build group sizes (default 9000 25000 45000)"
+    )
     ap.add_argument("--json", default=None, help="write the rows here")
     args = ap.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
     args.layers = args.layers or (2 if args.smoke or device.type == "cpu" else 28)
     args.lens = args.lens or ([64, 128] if args.smoke else [1024, 2048])
+    if args.mask_tokens is None:
+        args.mask_tokens = [300] if args.smoke else [9000, 25000, 45000]
     if args.smoke:
         args.prompt, args.steps = 16, min(args.steps, 1)
+    masks = mask_build(args, device)
+    print(
+        f"{'mask build':32} {'tokens':>9} {'host (before)':>14} {'device (after)':>15} {'ratio':>6} {'a window':>9} "
+        f"{'whole pack':>11}"
+    )
+    for m in masks:
+        flex = f"  flex block masks {m['flex_s']:.3f}s" if "flex_s" in m else ""
+        print(
+            f"{m['case']:32} {m['tokens']:>9,} {m['host_s']:>13.3f}s {m['device_s']:>14.3f}s {m['ratio']:>6.2f} "
+            f"{m['window_s']:>8.3f}s {m['pack_s']:>10.3f}s{flex}"
+        )
     rows = [] if args.skip_paper else paper_shape(args, device)
     if args.steps:
         rows += embedded_steps(args)
@@ -219,7 +277,8 @@ def main(argv=None) -> list[dict]:
             f"{r['time_path_s']:>9.2f}s {r['time_tree_s']:>7.2f}s {r['time_ratio']:>6.2f}  {peak}{fork}"
         )
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": str(device), "layers": args.layers, "rows": rows}, indent=1))
+        doc = {"device": str(device), "layers": args.layers, "rows": rows, "masks": masks}
+        Path(args.json).write_text(json.dumps(doc, indent=1))
     return rows
 
 

@@ -34,7 +34,7 @@ ATTENTION = "bsb_tree"  # the attention implementation's name in transformers' r
 class _Level:
     """The segments of one depth, padded: ``q_idx`` (S, L) flat positions of their queries, ``kv_idx`` (S, K) of
     the keys each sees (ancestors, then itself), ``allowed`` (S, L, K), ``keep`` the real queries of the (S·L) rows
-    in flat order."""
+    in flat order; ``windowed``: a sliding window's (S, L, K) mask, made with the level (once a micro-batch)."""
 
     q_idx: torch.Tensor
     kv_idx: torch.Tensor
@@ -43,17 +43,30 @@ class _Level:
     windowed: dict = field(default_factory=dict)  # sliding window -> its (S, L, K) mask
 
     def to(self, device) -> _Level:
-        return _Level(*(t.to(device) for t in (self.q_idx, self.kv_idx, self.allowed, self.keep)))
+        moved = (t.to(device) for t in (self.q_idx, self.kv_idx, self.allowed, self.keep))
+        return _Level(*moved, {w: m.to(device) for w, m in self.windowed.items()})
+
+
+@dataclass
+class _Flex:
+    """The flat sequence as ``flex_attention`` reads it (CUDA): each token's segment ``seg`` (T,), each segment's
+    ancestors ``up`` (S, 2) (-1: none), and a block mask per window (None: full attention), made once a micro-batch."""
+
+    seg: torch.Tensor
+    up: torch.Tensor
+    block_masks: dict = field(default_factory=dict)
 
 
 @dataclass
 class TreeMask:
-    """What :func:`tree_attention` needs to know of the flat sequence: its levels, the inverse of the order in which
-    their outputs come back, and every token's position id (for sliding windows)."""
+    """What :func:`tree_attention` needs to know of the flat sequence: its levels (the SDPA path), or its flex
+    block masks (``flex``; CUDA), the inverse of the order in which the levels' outputs come back, and every token's
+    position id (for sliding windows)."""
 
     levels: list[_Level]
     inverse: torch.Tensor  # (T,)
     positions: torch.Tensor  # (T,)
+    flex: _Flex | None = None
 
     def to(self, device) -> TreeMask:
         return TreeMask([lv.to(device) for lv in self.levels], self.inverse.to(device), self.positions.to(device))
@@ -88,18 +101,15 @@ class _Segment:
     entry0: int = 0  # its first log-prob entry (prefixes and continuations)
 
 
-def pack_trees(
-    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], prefix_lens: Sequence[int]
-) -> TreePack:
-    """The :class:`TreePack` of rows ``(prompt, response, prefix_len)``: rows with the same prompt share its
-    segment, rows with the same prompt and the same first ``prefix_len`` response tokens share that prefix's (the
-    sharing is by token ids, so a wrong ``prefix_len`` can only cost sharing, never change a number)."""
+def _segments(prompts, responses, prefix_lens) -> tuple[list[_Segment], list[tuple]]:
+    """The unique segments in flat order (a segment after its ancestors) and each row's (prefix segment or None,
+    its length, continuation segment or None)."""
     if not len(prompts) == len(responses) == len(prefix_lens) or not prompts:
         raise ValueError("pack_trees needs as many prompts, responses and prefix_lens, at least one")
     segs: list[_Segment] = []
     by_prompt: dict[tuple, int] = {}
     by_prefix: dict[tuple, int] = {}
-    plan = []  # per row: (prefix segment or None, its length, continuation segment or None)
+    plan = []
     for p, r, s in zip(prompts, responses, prefix_lens):
         if len(p) == 0:
             raise ValueError("every prompt needs at least one token (the first response token is predicted from it)")
@@ -127,50 +137,140 @@ def pack_trees(
         seg.start, flat = flat, flat + len(seg.tokens)
         if seg.depth:
             seg.entry0, n_entries = n_entries, n_entries + len(seg.tokens)
-    ids = torch.tensor([t for seg in segs for t in seg.tokens], dtype=torch.long)  # (T,)
-    positions = torch.cat([seg.pos0 + torch.arange(len(seg.tokens)) for seg in segs])  # (T,)
+    return segs, plan
+
+
+def _ancestors(segs: list[_Segment], i: int) -> list[int]:
+    """Segment ``i``'s ancestors, outermost first (at most two: its prompt, then its shared prefix)."""
+    chain, at = [], segs[i].parent
+    while at is not None:
+        chain.insert(0, at)
+        at = segs[at].parent
+    return chain
+
+
+def _spread(values: torch.Tensor, counts: list[int], device) -> torch.Tensor:
+    """``values[i]`` repeated ``counts[i]`` times, on ``device`` (the total is known on the host: no sync)."""
+    reps = torch.tensor(counts, dtype=torch.long, device=device)
+    return torch.repeat_interleave(values, reps, output_size=sum(counts))
+
+
+def _offsets(counts: list[int], device) -> torch.Tensor:
+    """For runs of ``counts[i]`` items laid end to end: each item's index within its run."""
+    total = sum(counts)
+    starts = torch.tensor([0, *counts[:-1]], dtype=torch.long, device=device).cumsum(0)
+    return torch.arange(total, device=device) - _spread(starts, counts, device)
+
+
+def pack_trees(
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    prefix_lens: Sequence[int],
+    device=None,
+    windows: Sequence[int] = (),
+    attention: str = "sdpa",
+) -> TreePack:
+    """The :class:`TreePack` of rows ``(prompt, response, prefix_len)``: rows with the same prompt share its
+    segment, rows with the same prompt and the same first ``prefix_len`` response tokens share that prefix's (the
+    sharing is by token ids, so a wrong ``prefix_len`` can only cost sharing, never change a number).
+
+    The host walks the rows once (per segment: its offset, length and ancestors); every per-token index and every
+    mask is then built on ``device`` (the model's; default the CPU) by vectorised ops whose sizes the host already
+    knows, so a CUDA run copies the token ids and a few per-segment numbers, never a mask. ``windows``: the model's
+    sliding windows, whose masks are made here, once (the layers share them). ``attention``: ``sdpa`` (the spec,
+    any device) or ``flex`` (block masks for ``flex_attention``)."""
+    if attention not in ("sdpa", "flex"):
+        raise ValueError(f"attention must be 'sdpa' or 'flex', got {attention!r}")
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    segs, plan = _segments(prompts, responses, prefix_lens)
+    lens = [len(seg.tokens) for seg in segs]
+    long = dict(dtype=torch.long, device=device)
+    ids = torch.tensor([t for seg in segs for t in seg.tokens], **long)  # (T,)
+    starts = torch.tensor([seg.start for seg in segs], **long)  # (S,)
+    positions = _spread(torch.tensor([seg.pos0 - seg.start for seg in segs], **long), lens, device) + torch.arange(
+        ids.numel(), device=device
+    )  # (T,)
     # a segment's token j is read from the position before it: its own token j - 1, or its parent's last token
-    read_at, targets = [], []
-    for seg in segs:
-        if seg.depth:
-            parent = segs[seg.parent]
-            read_at.append(
-                torch.cat(
-                    [
-                        torch.tensor([parent.start + len(parent.tokens) - 1]),
-                        seg.start + torch.arange(len(seg.tokens) - 1),
-                    ]
-                )
-            )
-            targets.append(torch.tensor(seg.tokens))
-    rows, within, entry = [], [], []
-    for b, (pre, s, cont) in enumerate(plan):
-        parts = ([segs[pre].entry0 + torch.arange(s)] if pre is not None else []) + (
-            [segs[cont].entry0 + torch.arange(len(segs[cont].tokens))] if cont is not None else []
-        )
-        if parts:
-            e = torch.cat(parts)
-            entry.append(e)
-            rows.append(torch.full_like(e, b))
-            within.append(torch.arange(e.numel()))
-    empty = torch.zeros(0, dtype=torch.long)
-    cat = lambda xs: torch.cat(xs) if xs else empty  # noqa: E731
+    reads = [i for i, seg in enumerate(segs) if seg.depth]
+    counts = [lens[i] for i in reads]
+    j = _offsets(counts, device)
+    first = torch.tensor([segs[segs[i].parent].start + lens[segs[i].parent] - 1 for i in reads], **long)
+    own = _spread(starts[torch.tensor(reads, **long)], counts, device) + j  # flat position of each entry's token
+    read_at = torch.where(j == 0, _spread(first, counts, device), own - 1)
+    targets = ids[own]
+    # the rows: row b's entries are its prefix segment's first s, then its continuation's
+    row_lens = [len(r) for r in responses]
+    within = _offsets(row_lens, device)
+    pre0 = torch.tensor([segs[pre].entry0 if pre is not None else 0 for pre, _, _ in plan], **long)
+    cont0 = torch.tensor([segs[cont].entry0 if cont is not None else 0 for _, _, cont in plan], **long)
+    cut = _spread(torch.tensor([s for _, s, _ in plan], **long), row_lens, device)
+    entry = torch.where(within < cut, _spread(pre0, row_lens, device) + within,
+                        _spread(cont0, row_lens, device) + within - cut)  # fmt: skip
+    rows = _spread(torch.arange(len(plan), device=device), row_lens, device)
+    build = _flex_mask if attention == "flex" else _tree_mask
     return TreePack(
         ids=ids,
         positions=positions,
-        mask=_tree_mask(segs, positions),
-        read_at=cat(read_at),
-        targets=cat(targets),
-        rows=cat(rows),
-        within=cat(within),
-        entry=cat(entry),
-        shape=(len(prompts), max(1, max(len(r) for r in responses))),
+        mask=build(segs, positions, device, tuple(windows)),
+        read_at=read_at,
+        targets=targets,
+        rows=rows,
+        within=within,
+        entry=entry,
+        shape=(len(prompts), max(1, max(row_lens))),
         tokens=int(ids.numel()),
         path_tokens=sum(len(p) + len(r) for p, r in zip(prompts, responses)),
     )
 
 
-def _tree_mask(segs: list[_Segment], positions: torch.Tensor) -> TreeMask:
+def _tree_mask(segs: list[_Segment], positions: torch.Tensor, device, windows: tuple = ()) -> TreeMask:
+    """The SDPA levels, vectorised on ``device``: a segment's keys are at most three contiguous runs (its prompt,
+    its shared prefix, itself), so every index is a ``where`` over per-segment offsets and lengths."""
+    long = dict(dtype=torch.long, device=device)
+    levels, order = [], []
+    for depth in range(3):
+        mine = [i for i, seg in enumerate(segs) if seg.depth == depth]
+        if not mine:
+            continue
+        runs = []  # per segment: (start, length) of its outer ancestor, inner ancestor, itself
+        for i in mine:
+            up = _ancestors(segs, i)
+            up = [None] * (2 - len(up)) + up
+            runs.append([(segs[u].start, len(segs[u].tokens)) if u is not None else (0, 0) for u in up])
+            runs[-1].append((segs[i].start, len(segs[i].tokens)))
+        r = torch.tensor(runs, **long)  # (S, 3, 2)
+        st, ln = r[..., 0], r[..., 1]  # (S, 3)
+        n, a = ln[:, 2], ln[:, 0] + ln[:, 1]  # (S,) own length, ancestor keys
+        width = max(len(segs[i].tokens) for i in mine)
+        depth_k = max(sum(length for _, length in run) for run in runs)
+        jq = torch.arange(width, device=device)[None, :]  # (1, L)
+        q_idx = st[:, 2:3] + torch.minimum(jq, n[:, None] - 1)  # (S, L): padding repeats its last query
+        kk = torch.arange(depth_k, device=device)[None, :]  # (1, K)
+        l0, l01 = ln[:, :1], ln[:, :1] + ln[:, 1:2]
+        kv_idx = torch.where(
+            kk < l0,
+            st[:, :1] + kk,
+            torch.where(kk < l01, st[:, 1:2] + kk - l0, st[:, 2:3] + torch.minimum(kk - l01, n[:, None] - 1)),
+        )  # (S, K): padding repeats its own last key
+        qq = torch.minimum(jq, n[:, None] - 1)[:, :, None]  # (S, L, 1): a padded query sees what its last one sees
+        aa = a[:, None, None]
+        kk3 = kk[:, None, :]
+        allowed = (kk3 < aa) | ((kk3 - aa <= qq) & (kk3 < aa + n[:, None, None]))  # (S, L, K)
+        own = [len(segs[i].tokens) for i in mine]
+        keep = _spread(torch.arange(len(mine), **long) * width, own, device) + _offsets(own, device)  # real queries
+        order.append(q_idx.reshape(-1)[keep])
+        level = _Level(q_idx, kv_idx, allowed, keep)
+        for w in windows:
+            level.windowed[w] = _window(level, positions, w)
+        levels.append(level)
+    inverse = torch.empty(positions.numel(), **long)
+    inverse[torch.cat(order)] = torch.arange(positions.numel(), device=device)
+    return TreeMask(levels, inverse, positions)
+
+
+def reference_tree_mask(segs: list[_Segment], positions: torch.Tensor) -> TreeMask:
+    """The spec of :func:`_tree_mask`: the same levels built segment by segment on the host (the tests compare
+    them; ``bench/update.py`` times both)."""
     levels, order = [], []
     for depth in range(3):
         mine = [seg for seg in segs if seg.depth == depth]
@@ -206,6 +306,37 @@ def _tree_mask(segs: list[_Segment], positions: torch.Tensor) -> TreeMask:
     return TreeMask(levels, inverse, positions)
 
 
+def _flex_mask(segs: list[_Segment], positions: torch.Tensor, device, windows: tuple = ()) -> TreeMask:
+    """The flex path's mask: a token sees its own segment causally and its ancestors' in full, as a block mask over
+    the flat sequence (no gathered contexts, no repeated K/V heads); one more per sliding window."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    long = dict(dtype=torch.long, device=device)
+    lens = [len(seg.tokens) for seg in segs]
+    seg = _spread(torch.arange(len(segs), **long), lens, device)  # (T,)
+    up = torch.tensor([[-1] * (2 - len(c)) + c for c in (_ancestors(segs, i) for i in range(len(segs)))], **long)
+    flex = _Flex(seg, up)
+    total = positions.numel()
+    for w in (None, *windows):
+        flex.block_masks[w] = create_block_mask(
+            _mask_mod(seg, up, positions, w), None, None, total, total, device=device, _compile=device.type == "cuda"
+        )
+    empty = torch.zeros(0, **long)
+    return TreeMask([], empty, positions, flex)
+
+
+def _mask_mod(seg: torch.Tensor, up: torch.Tensor, positions: torch.Tensor, window: int | None):
+    """``flex_attention``'s mask over the flat sequence: query q sees key k when k is in q's segment at or before
+    it, or in one of its ancestors; within ``window`` positions on a sliding layer."""
+
+    def mask_mod(b, h, q, k):
+        sq, sk = seg[q], seg[k]
+        seen = ((sk == sq) & (k <= q)) | (sk == up[sq, 0]) | (sk == up[sq, 1])
+        return seen if window is None else seen & (positions[q] - positions[k] < window)
+
+    return mask_mod
+
+
 def tree_attention(
     module,
     query,
@@ -226,6 +357,8 @@ def tree_attention(
         raise ValueError("the bsb_tree attention runs only inside the tree-packed pass (update_packing=tree)")
     if softcap is not None:  # SDPA has no score softcap (Gemma 2): refuse rather than attend wrongly
         raise ValueError(f"the tree-packed attention has no attention softcap (softcap={softcap}): update_packing=path")
+    if bsb_tree.flex is not None:
+        return _flex_attention(module, query, key, value, bsb_tree.flex, sliding_window, scaling, dropout), None
     q, k, v = query[0], key[0], value[0]  # (H, T, d), (H_kv, T, d)
     heads, _, d = q.shape
     rep = heads // k.shape[0]
@@ -246,12 +379,40 @@ def tree_attention(
     return torch.cat(outs)[bsb_tree.inverse][None], None  # (1, T, H, d)
 
 
-def _windowed(lv: _Level, positions: torch.Tensor, window: int) -> torch.Tensor:
+def _window(lv: _Level, positions: torch.Tensor, window: int) -> torch.Tensor:
     """A sliding layer's mask: also ``q_pos − k_pos < window`` on the position ids (transformers' overlay)."""
+    qp, kp = positions[lv.q_idx], positions[lv.kv_idx] + window  # (S, L), (S, K)
+    return lv.allowed & torch.lt(qp[:, :, None], kp[:, None, :])  # q − k < window, with no (S, L, K) integers
+
+
+def _windowed(lv: _Level, positions: torch.Tensor, window: int) -> torch.Tensor:
+    """The level's mask for ``window``: made with the pack (the model's windows), else here and kept."""
     if window not in lv.windowed:
-        qp, kp = positions[lv.q_idx], positions[lv.kv_idx]  # (S, L), (S, K)
-        lv.windowed[window] = lv.allowed & (qp[:, :, None] - kp[:, None, :] < window)
+        lv.windowed[window] = _window(lv, positions, window)
     return lv.windowed[window]
+
+
+_COMPILED_FLEX = None
+
+
+def _flex_attention(module, query, key, value, flex: _Flex, window, scaling, dropout):
+    """The flex path (CUDA): one ``flex_attention`` over the flat sequence, the model's GQA heads read in place;
+    compiled once a process (uncompiled it materialises every score). (1, H, T, d) → (1, T, H, d)."""
+    global _COMPILED_FLEX
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if dropout and module.training:
+        raise ValueError(f"the flex tree attention has no attention dropout (dropout={dropout}): set the model's to 0")
+    if window not in flex.block_masks:
+        raise ValueError(f"no block mask for sliding window {window}: pack_trees(windows=...) must list the model's")
+    run = flex_attention
+    if query.device.type == "cuda":
+        if _COMPILED_FLEX is None:
+            _COMPILED_FLEX = torch.compile(flex_attention, dynamic=None)
+        run = _COMPILED_FLEX
+    gqa = query.shape[1] != key.shape[1]
+    out = run(query, key, value, block_mask=flex.block_masks[window], scale=scaling, enable_gqa=gqa)
+    return out.transpose(1, 2).contiguous()  # (1, T, H, d)
 
 
 def _register() -> None:
@@ -290,6 +451,21 @@ def check_tree_model(model) -> None:
         raise ValueError(f"update_packing=tree cannot update this model: {why}; set update_packing=path")
 
 
+def model_windows(model) -> tuple[int, ...]:
+    """The sliding windows of ``model``'s attention layers (empty: full attention everywhere)."""
+    from bsb.engine.families import layer_kinds
+
+    config = model.config
+    window = getattr(config, "sliding_window", None)
+    return (int(window),) if window and "sliding_attention" in layer_kinds(config) else ()
+
+
+def tree_attention_kind(device) -> str:
+    """Which tree attention a forward on ``device`` runs: ``flex`` on CUDA (block masks, GQA in place), else
+    ``sdpa`` (the spec)."""
+    return "flex" if torch.device(device).type == "cuda" else "sdpa"
+
+
 def tree_logprobs(
     model,
     prompts: Sequence[Sequence[int]],
@@ -306,19 +482,15 @@ def tree_logprobs(
 
     if not checked:
         check_tree_model(model)
-    pack = pack_trees(prompts, responses, prefix_lens)
     device = compute_device(model)  # offloaded FSDP2 shards sit on the host; the forward runs on the mesh's device
-    args = (
-        pack.ids[None].to(device),
-        None,
-        torch.zeros_like(pack.read_at).to(device),
-        pack.read_at.to(device),
-        pack.targets.to(device),
-    )
-    kw = dict(position_ids=pack.positions[None].to(device), bsb_tree=pack.mask.to(device), use_cache=False)
+    pack = pack_trees(
+        prompts, responses, prefix_lens, device, windows=model_windows(model), attention=tree_attention_kind(device)
+    )  # indices and masks made on the device
+    args = (pack.ids[None], None, torch.zeros_like(pack.read_at), pack.read_at, pack.targets)
+    kw = dict(position_ids=pack.positions[None], bsb_tree=pack.mask, use_cache=False)
     lp = token_logprobs_forward(model)(*args, **kw)  # (N,)
-    mask = torch.zeros(pack.shape, dtype=torch.bool)
+    mask = torch.zeros(pack.shape, dtype=torch.bool, device=device)
     mask[pack.rows, pack.within] = True
     out = torch.zeros(pack.shape, dtype=torch.float32, device=device)
-    out = out.index_put((pack.rows.to(device), pack.within.to(device)), lp[pack.entry.to(device)].float())  # (B, R)
-    return out, mask.to(device), pack
+    out = out.index_put((pack.rows, pack.within), lp[pack.entry].float())  # (B, R)
+    return out, mask, pack

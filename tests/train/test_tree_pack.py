@@ -1,19 +1,26 @@
 """The tree-packed update against the per-path update (its specification): the same log-probs, loss, clip fractions
 and every parameter's gradient for each estimator x loss_agg x loss, Arm 11, two-stage trees and prefix_len == 0
 groups, on tiny random Qwen2, Qwen3, Llama, OLMo-2 and OLMo-3 (sliding layers) models; three update steps end at the
-same weights; the token count is the trees' unique tokens, counted by hand."""
+same weights; the token count is the trees' unique tokens, counted by hand.
+
+Its masks and indices, built on the model's device by vectorised ops: equal to the host-built reference; nothing
+made on the host (a build for the meta device, every op recorded); a sliding window's mask made once a micro-batch,
+kept through FSDP2's input-cast copy; the flex_attention path (CUDA's) equal to the SDPA path in a forward (its
+backward runs only on a GPU)."""
 
 import copy
+import random
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from bsb.train import update
+from bsb.train import tree_pack, update
 from bsb.train.config import TrainConfig
 from bsb.train.loss import LOSS_AGGS, response_logprobs
 from bsb.train.phases import advantage_rows
 from bsb.train.tree import Leaf, PromptTree
-from bsb.train.tree_pack import pack_trees, tree_attention_on, tree_logprobs
+from bsb.train.tree_pack import _segments, pack_trees, reference_tree_mask, tree_attention_on, tree_logprobs
 
 transformers = pytest.importorskip("transformers")
 
@@ -309,3 +316,140 @@ def test_a_token_budget_packs_whole_fork_groups_and_splits_only_what_does_not_fi
     # a budget below a group's 18 tokens: its rows go one by one (each a row's own prompt + response)
     assert update._chunks(units[:1], 8, cost, 16) == [[0], [1], [2]]
     assert update._chunks(units, 4) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16], [17]]
+
+
+def _rows(seed: int, n_prompts: int = 3):
+    """Random trees: shared prompts, forks at 0, at the response's end and in between, a leaf with no response."""
+    rng = random.Random(seed)
+    ids = lambda n: [rng.randrange(3, VOCAB) for _ in range(n)]  # noqa: E731
+    prompts, responses, cuts = [], [], []
+    for _ in range(n_prompts):
+        p = ids(rng.randint(1, 7))
+        for _group in range(rng.randint(1, 3)):
+            cut = rng.choice([0, rng.randint(0, 6), 6])
+            pre = ids(cut)
+            for _ in range(rng.randint(1, 3)):
+                prompts.append(p)
+                responses.append(pre + ids(rng.choice([0, rng.randint(1, 9)])))
+                cuts.append(cut)
+    return prompts, responses, cuts
+
+
+def _tree_rows():
+    leaves = [leaf for t in trees() for leaf in t.leaves]
+    return [x.prompt for x in leaves], [x.response for x in leaves], [x.prefix_len for x in leaves]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_device_built_mask_equals_the_host_reference(seed):
+    rows = _rows(seed) if seed else _tree_rows()
+    pack = pack_trees(*rows, windows=(3,))
+    segs, _ = _segments(*rows)
+    want = reference_tree_mask(segs, pack.positions)
+    assert len(pack.mask.levels) == len(want.levels)
+    for got, ref in zip(pack.mask.levels, want.levels):
+        for name in ("q_idx", "kv_idx", "allowed", "keep"):
+            assert torch.equal(getattr(got, name), getattr(ref, name)), name
+        assert torch.equal(got.windowed[3], tree_pack._window(ref, pack.positions, 3))
+    assert torch.equal(pack.mask.inverse, want.inverse)
+    # the flat sequence, positions and log-prob entries against the rows themselves
+    for b, (p, r, _) in enumerate(zip(*rows)):
+        entries = pack.entry[pack.rows == b]
+        assert pack.targets[entries].tolist() == list(r)
+        assert (pack.within[pack.rows == b] == torch.arange(len(r))).all()
+        for j, e in enumerate(entries.tolist()):  # a token's read position holds the token before it in its path
+            at = int(pack.read_at[e])
+            assert int(pack.positions[at]) == len(p) + j - 1
+            assert int(pack.ids[at]) == (list(p) + list(r))[len(p) + j - 1]
+
+
+class _HostOps(TorchDispatchMode):
+    """Records every op whose output lies on the CPU."""
+
+    def __init__(self):
+        super().__init__()
+        self.host = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        outs = out if isinstance(out, (tuple, list)) else [out]
+        for t in outs:
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                self.host.append((str(func), tuple(t.shape)))
+        return out
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "flex"])
+def test_no_mask_or_index_is_made_on_the_host(attention):
+    """A build for another device (meta: shapes without values) runs no op on the host: the host only reads the
+    rows' token lists; every index and mask is made where the model runs."""
+    rows = _rows(1)
+    with _HostOps() as mode:
+        pack = pack_trees(*rows, device="meta", windows=(4,), attention=attention)
+    assert mode.host == []
+    tensors = [pack.ids, pack.positions, pack.read_at, pack.targets, pack.rows, pack.within, pack.entry]
+    if attention == "sdpa":
+        tensors += [t for lv in pack.mask.levels for t in (lv.q_idx, lv.kv_idx, lv.allowed, lv.keep, *lv.windowed.values())]
+    else:
+        tensors += [pack.mask.flex.seg, pack.mask.flex.up]
+    assert {t.device.type for t in tensors} == {"meta"}
+    # the same build on the CPU holds the reference's numbers (above); its sizes match the meta build's
+    cpu = pack_trees(*rows, windows=(4,), attention=attention)
+    assert [tuple(t.shape) for t in tensors[:7]] == [tuple(t.shape) for t in
+            (cpu.ids, cpu.positions, cpu.read_at, cpu.targets, cpu.rows, cpu.within, cpu.entry)]  # fmt: skip
+
+
+def test_tree_logprobs_packs_on_the_models_device_with_its_windows(monkeypatch):
+    """A CUDA run (the device a stand-in): the pack is made on the model's compute device, with the model's sliding
+    windows, for flex_attention."""
+    seen = {}
+
+    def record(*args, **kw):
+        seen.update(device=args[3], **kw)
+        raise RuntimeError("recorded")
+
+    monkeypatch.setattr(tree_pack, "pack_trees", record)
+    monkeypatch.setattr("bsb.engine.device.compute_device", lambda model: torch.device("cuda", 1))
+    with pytest.raises(RuntimeError, match="recorded"):
+        tree_logprobs(tiny("olmo3"), [[3, 4]], [[5, 6]], [0])
+    assert seen == {"device": torch.device("cuda", 1), "windows": (6,), "attention": "flex"}
+    assert tree_pack.tree_attention_kind("cpu") == "sdpa" and tree_pack.model_windows(tiny("qwen3")) == ()
+
+
+def test_a_sliding_windows_mask_is_made_once_a_micro_batch(monkeypatch):
+    """OLMo-3 with three sliding layers: the window's mask is made once per level with the pack, not per layer; the
+    copy FSDP2's input cast makes of the mask at every layer keeps it."""
+    from torch.distributed.utils import _apply_to_tensors
+
+    calls = []
+    made = tree_pack._window
+    monkeypatch.setattr(tree_pack, "_window", lambda *a: calls.append(a[2]) or made(*a))
+    model = tiny("olmo3")
+    model.config.layer_types = ["sliding_attention"] * 3 + ["full_attention"]
+    model.config.num_hidden_layers = 4
+    model = type(model)(model.config).float()
+    rows = _tree_rows()
+    with tree_attention_on(model):
+        tree_logprobs(model, *rows)
+    pack = pack_trees(*rows)
+    assert calls == [6] * len(pack.mask.levels)  # one per level, not one per level and sliding layer
+    cast = lambda t: t.to(torch.bfloat16) if t.is_floating_point() else t  # noqa: E731  (FSDP2's input cast)
+    casted = _apply_to_tensors(cast, pack_trees(*rows, windows=(6,)).mask)
+    assert all(6 in lv.windowed and lv.windowed[6].dtype == torch.bool for lv in casted.levels)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")  # its unfused CPU path: the point
+@pytest.mark.parametrize("family", ["qwen3", "olmo3"])
+def test_the_flex_path_equals_the_sdpa_path(family, monkeypatch):
+    """flex_attention's block masks (one flat sequence, GQA heads in place, OLMo-3's window as its own block mask)
+    give the log-probs of the SDPA levels: a forward on the CPU (flex_attention's backward needs a GPU)."""
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    model = tiny(family).eval()
+    rows = _tree_rows()
+    with torch.no_grad(), tree_attention_on(model):
+        want, want_mask, _ = tree_logprobs(model, *rows)
+        monkeypatch.setattr(tree_pack, "tree_attention_kind", lambda device: "flex")
+        got, got_mask, pack = tree_logprobs(model, *rows)
+    assert pack.mask.flex is not None and pack.mask.levels == []
+    assert torch.equal(got_mask, want_mask)
+    assert (got - want).abs().max().item() < 1e-5
