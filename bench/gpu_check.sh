@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Every GPU check in one command, in stages, each under its own time limit and each writing into OUTDIR as it goes (a
-# stage cut off by its limit loses only its own unfinished rows):
-#   env       the wheels beside the tree installed (bench/gpu_wheels.sh), the machine and the versions  -> stages.log
-#   compile   every Triton kernel for sm_90a with this Triton: registers, spills, wgmma (per kernel) -> sm90.md, sm90.json
-#   tests     the GPU tests: every Triton kernel against the reference in fp32 / bf16 / fp16 (the     -> tests.log
-#             lens's bf16 tl.dot included)
-#   kernels   benchmarks: CUDA events over inputs rotated through 4x L2, beside the measured copy     -> gpu-*.json (per row)
-#             bandwidth and bf16 matmul rate
-#   e2e       a Qwen3-0.6B-shaped random model in bf16: packed vs naive reads, a tree RLVR step with   -> gpu_e2e.json (per row)
-#             reads from the kept keys and values, the training log-probs' peak memory
-#   train     2 steps of bsb train under torchrun (NCCL, FSDP2, bf16) on the same shape: each step's  -> gpu_train.json (per step)
-#             time split and memory
-#   update    the update per path and tree-packed on paper-shaped trees (28 layers, chains of 1,024  -> bench.log (a table)
-#             and 2,048, forks at the midpoint): token-forwards, time and peak memory, as ratios
+# stage cut off by its limit loses only its own unfinished rows). The stages (`--table` prints them for the docs):
+#   env       installs the carried wheels (bench/gpu_wheels.sh), then records the machine, the versions  -> stages.log
+#             and the floors
+#   compile   every Triton kernel for sm_90a with this Triton: registers, spills, wgmma                    -> sm90.json, sm90.md, after every kernel
+#   tests     the GPU tests, every Triton kernel against the reference in fp32, bf16 and fp16: the lens's -> tests.log
+#             (its bf16 tl.dot) first, then the rest (the merge kernels' compiles come last)
+#   kernels   the ceilings first (copy bandwidth, bf16 and fp32 matmul rate), then the lens (MMA), row  -> gpu-<GPU>.json, after every row
+#             and log-prob benchmarks: CUDA events over inputs rotated through 4x the L2 size
+#   e2e       a Qwen3-0.6B-shaped random model in bf16 (bench/gpu_e2e.py): packed vs naive reads at 1,024 -> gpu_e2e.json, after every row
+#             and 4,096 tokens with C = 16; a tree RLVR step with Probe-JS and Lens-Shift reading from the
+#             kept keys and values; the training log-probs' peak memory at 16 x 4,096 tokens
+#   train     2 steps of the trainer (bench/gpu_train.py) under torchrun, with NCCL, FSDP2 and bf16, on    -> gpu_train.json, after every step
+#             the same shape: each step's time split and memory
+#   update    the tree mask built on the host and on the device per group size (9k, 25k, 45k tokens); the -> bench.log, after every row
+#             update per path and tree-packed under bf16 autocast on paper-shaped trees (28 layers, chains
+#             of 1,024 and 2,048, forks at the midpoint): token-forwards, time and peak memory, as ratios
 # At most 8 files land in OUTDIR (the GPU machine returns 8). The stage limits, plus 5 s for each stage to unwind
 # after SIGINT, add up to 480 s: the whole check fits in 8 minutes on one H200.
 #
@@ -21,6 +24,7 @@
 #                                        pytest-benchmark, hypothesis; PYTHON=... picks another interpreter)
 #   bench/gpu_check.sh --dry-run         print the stage plan and its limits; fails if they exceed 480 s
 #   bench/gpu_check.sh --smoke OUTDIR    every stage's script at toy sizes on the CPU, under the same limits (CI runs it)
+#   bench/gpu_check.sh --table           the stage table of docs/performance.md, from this header and STAGES
 set -uo pipefail
 
 BUDGET=480  # seconds: 8 of the GPU machine's 10 minutes per command
@@ -31,11 +35,37 @@ STAGES=(env:20 compile:35 tests:90 kernels:95 e2e:75 train:90 update:40)
 mode=gpu
 case "${1:-}" in
   --dry-run) mode=dry ;;
+  --table) mode=table ;;
   --smoke) mode=smoke; shift ;;
 esac
 
 total=0
 for s in "${STAGES[@]}"; do total=$((total + ${s#*:} + GRACE)); done
+if [ "$mode" = table ]; then  # one row a stage: its header entry split at "->", its limit from STAGES
+  echo "| stage | limit | what | writes |"
+  echo "|---|---|---|---|"
+  limits=" ${STAGES[*]} "
+  awk -v limits="$limits" '
+    /^# At most 8 files/ { flush(); go = 0 }
+    go && /^#   [a-z0-9]+ / {
+      flush(); name = $2; line = substr($0, 5 + length(name)); at = index(line, "->")
+      what = substr(line, 1, at - 1); writes = substr(line, at + 2); next
+    }
+    go && /^#     / { what = what " " substr($0, 2); next }
+    /^# stage cut off/ { go = 1 }
+    function flush(   lim) {
+      if (name == "") return
+      gsub(/  +/, " ", what); gsub(/^ +| +$/, "", what); gsub(/^ +| +$/, "", writes)
+      match(limits, " " name ":[0-9]+ "); lim = substr(limits, RSTART + length(name) + 2, RLENGTH - length(name) - 3)
+      printf "| %s | %s s | %s | %s |\n", name, lim, what, writes
+      name = ""
+    }' "$0"
+  total=0
+  for s in "${STAGES[@]}"; do total=$((total + ${s#*:} + GRACE)); done
+  echo
+  echo "With $GRACE s of grace a stage, the limits add up to $total s."
+  exit
+fi
 if [ "$mode" = dry ]; then
   for s in "${STAGES[@]}"; do echo "stage ${s%%:*} ${s#*:} s"; done
   echo "total $total s with $GRACE s of grace a stage (budget $BUDGET s)"
@@ -92,20 +122,21 @@ stage env bash -c 'env_stage >> "$out/stages.log" 2>&1'
 
 if [ "$mode" = gpu ]; then
   stage compile env -u TRITON_INTERPRET "$py" bench/sm90.py --out "$out"
-  stage tests "$py" -m pytest tests/kernels -m gpu -q -p no:cacheprovider > "$out/tests.log" 2>&1
+  stage tests bash -c '"$py" -m pytest tests/kernels -m gpu -k lens -q -p no:cacheprovider
+    "$py" -m pytest tests/kernels -m gpu -k "not lens" -q -p no:cacheprovider' > "$out/tests.log" 2>&1
   tail -3 "$out/tests.log"
   rm -f bench/results/gpu-*
-  stage kernels "$py" -m pytest bench/test_bench_rows.py bench/test_bench_lens.py bench/test_bench_logprobs.py -q \
-    -p no:cacheprovider --benchmark-disable-gc > "$out/bench.log" 2>&1
+  stage kernels "$py" -m pytest bench/test_bench_ceilings.py bench/test_bench_lens.py bench/test_bench_rows.py \
+    bench/test_bench_logprobs.py -q -p no:cacheprovider --benchmark-disable-gc > "$out/bench.log" 2>&1
   cp bench/results/gpu-*.json "$out/" 2>/dev/null  # the .md and .csv say the same: 8 files come back
   stage e2e "$py" bench/gpu_e2e.py "$out"
   stage train "$py" -m torch.distributed.run --standalone --nproc_per_node=1 bench/gpu_train.py "$out" >> "$out/bench.log" 2>&1
-  stage update "$py" bench/update.py --lens 1024 2048 --forks mid --steps 0 >> "$out/bench.log" 2>&1
+  stage update "$py" bench/update.py --lens 1024 2048 --forks mid --steps 0 --dtype bfloat16 >> "$out/bench.log" 2>&1
 else  # the same scripts at toy sizes on the CPU: each GPU script's pipeline, in seconds
   stage compile env -u TRITON_INTERPRET "$py" bench/sm90.py --smoke --out "$out"
-  stage tests "$py" -m pytest tests/kernels -m gpu -q -p no:cacheprovider --collect-only > "$out/tests.log" 2>&1
-  stage kernels "$py" -m pytest bench/test_bench_rows.py bench/test_bench_lens.py bench/test_bench_logprobs.py -q \
-    -p no:cacheprovider --collect-only > "$out/bench.log" 2>&1
+  stage tests "$py" -m pytest tests/kernels -m gpu -k lens -q -p no:cacheprovider --collect-only > "$out/tests.log" 2>&1
+  stage kernels "$py" -m pytest bench/test_bench_ceilings.py bench/test_bench_lens.py bench/test_bench_rows.py \
+    bench/test_bench_logprobs.py -q -p no:cacheprovider --collect-only > "$out/bench.log" 2>&1
   stage e2e "$py" bench/gpu_e2e.py "$out" --smoke
   stage train "$py" -m torch.distributed.run --standalone --nproc_per_node=1 bench/gpu_train.py "$out" --smoke >> "$out/bench.log" 2>&1
   stage update "$py" bench/update.py --smoke --steps 0 >> "$out/bench.log" 2>&1

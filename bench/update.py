@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 import transformers
 
+from bsb.engine.device import autocast
 from bsb.train import update
 from bsb.train.config import TrainConfig
 from bsb.train.tree_pack import _segments, _tree_mask, _window, pack_trees, reference_tree_mask, tree_attention_on
@@ -74,8 +75,9 @@ def paper_rows(trees: int, prompt: int, length: int, forks: str, vocab: int, see
     return rows
 
 
-def one_minibatch(model, rows, packing: str, micro_batch: int) -> dict:
-    """The update's loss forward and backward over every row (one mini-batch), timed; the tokens it computed."""
+def one_minibatch(model, rows, packing: str, micro_batch: int, dtype: torch.dtype = torch.float32) -> dict:
+    """The update's loss forward and backward over every row (one mini-batch), timed, under the update's autocast in
+    ``dtype`` (fp32 master weights, as the trainer runs it); the tokens it computed."""
     cfg = TrainConfig(update_packing=packing, micro_batch=micro_batch)
     device = next(model.parameters()).device
     model.zero_grad(set_to_none=True)
@@ -85,7 +87,7 @@ def one_minibatch(model, rows, packing: str, micro_batch: int) -> dict:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    with tree_attention_on(model) if packing == "tree" else _Nothing():
+    with tree_attention_on(model) if packing == "tree" else _Nothing(), autocast(device, dtype):
         update._backward(model, rows, list(range(len(rows))), cfg, 0, n_tokens, len(rows), {}, tally)
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -113,9 +115,10 @@ def paper_shape(args, device) -> list[dict]:
             rows = paper_rows(args.trees, args.prompt, length, forks, shape["vocab_size"])
             res = {}
             for packing in ("path", "tree"):
-                one_minibatch(model, rows[:3], packing, args.micro_batch)  # warm-up
-                res[packing] = one_minibatch(model, rows, packing, args.micro_batch)
+                one_minibatch(model, rows[:3], packing, args.micro_batch, args.dtype)  # warm-up
+                res[packing] = one_minibatch(model, rows, packing, args.micro_batch, args.dtype)
             out.append(_ratios({"case": f"chains {length}, forks {forks}", "rows": len(rows)}, res))
+            _print_row(out[-1])  # as it goes: a run cut off at its limit keeps its finished rows
     return out
 
 
@@ -221,6 +224,16 @@ def embedded_steps(args) -> list[dict]:
     return out
 
 
+def _print_row(r: dict) -> None:
+    peak = "" if r.get("peak_gb_path") is None else f"{r['peak_gb_path']:.1f} / {r['peak_gb_tree']:.1f}"
+    fork = f"  (forks at {r['fork_rel_mean']:.2f})" if "fork_rel_mean" in r else ""
+    print(
+        f"{r['case']:32} {r['tokens_path']:>12,} {r['tokens_tree']:>9,} {r['token_ratio']:>6.2f} "
+        f"{r['time_path_s']:>9.2f}s {r['time_tree_s']:>7.2f}s {r['time_ratio']:>6.2f}  {peak}{fork}",
+        flush=True,
+    )
+
+
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="toy sizes on the CPU (seconds)")
@@ -244,9 +257,13 @@ def main(argv=None) -> list[dict]:
         "--mask-tokens", type=int, nargs="*", default=None, help="mask build group sizes (default 9000 25000 45000)"
     )
     ap.add_argument("--json", default=None, help="write the rows here")
+    ap.add_argument(
+        "--dtype", default=None, choices=["float32", "bfloat16"], help="the update's autocast (default bf16 on CUDA)"
+    )
     args = ap.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
     args.layers = args.layers or (2 if args.smoke or device.type == "cpu" else 28)
+    args.dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     args.lens = args.lens or ([64, 128] if args.smoke else [1024, 2048])
     if args.mask_tokens is None:
         args.mask_tokens = [300] if args.smoke else [9000, 25000, 45000]
@@ -261,23 +278,21 @@ def main(argv=None) -> list[dict]:
         flex = f"  flex block masks {m['flex_s']:.3f}s" if "flex_s" in m else ""
         print(
             f"{m['case']:32} {m['tokens']:>9,} {m['host_s']:>13.3f}s {m['device_s']:>14.3f}s {m['ratio']:>6.2f} "
-            f"{m['window_s']:>8.3f}s {m['pack_s']:>10.3f}s{flex}"
+            f"{m['window_s']:>8.3f}s {m['pack_s']:>10.3f}s{flex}",
+            flush=True,
         )
-    rows = [] if args.skip_paper else paper_shape(args, device)
-    if args.steps:
-        rows += embedded_steps(args)
     print(
         f"{'case':32} {'tokens path':>12} {'tree':>9} {'ratio':>6} {'time path':>10} {'tree':>8} {'ratio':>6}  peak GB"
+        f"  ({args.dtype})",
+        flush=True,
     )
-    for r in rows:
-        peak = "" if r.get("peak_gb_path") is None else f"{r['peak_gb_path']:.1f} / {r['peak_gb_tree']:.1f}"
-        fork = f"  (forks at {r['fork_rel_mean']:.2f})" if "fork_rel_mean" in r else ""
-        print(
-            f"{r['case']:32} {r['tokens_path']:>12,} {r['tokens_tree']:>9,} {r['token_ratio']:>6.2f} "
-            f"{r['time_path_s']:>9.2f}s {r['time_tree_s']:>7.2f}s {r['time_ratio']:>6.2f}  {peak}{fork}"
-        )
+    rows = [] if args.skip_paper else paper_shape(args, device)
+    if args.steps:
+        for r in embedded_steps(args):
+            rows.append(r)
+            _print_row(r)
     if args.json:
-        doc = {"device": str(device), "layers": args.layers, "rows": rows, "masks": masks}
+        doc = {"device": str(device), "layers": args.layers, "dtype": str(args.dtype), "rows": rows, "masks": masks}
         Path(args.json).write_text(json.dumps(doc, indent=1))
     return rows
 

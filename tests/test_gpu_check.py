@@ -30,6 +30,19 @@ def test_the_stage_plan_fits_in_eight_minutes():
     assert total <= 480 and f"total {total} s" in proc.stdout
 
 
+def test_the_docs_stage_table_is_the_scripts():
+    """docs/performance.md's stage table is ``gpu_check.sh --table``: every stage, its limit from STAGES, its text from
+    the script's header; a changed limit changes the table."""
+    proc = subprocess.run(["bash", str(SCRIPT), "--table"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout.split("\n\n")[0].strip()
+    rows = [line for line in table.splitlines()[2:]]
+    assert [r.split(" | ")[0].strip("| ") for r in rows] == STAGES
+    limits = dict(re.findall(r"^stage (\w+) (\d+) s$", _dry_run().stdout, re.M))
+    assert [r.split(" | ")[1] for r in rows] == [f"{limits[s]} s" for s in STAGES]
+    assert table in (ROOT / "docs" / "performance.md").read_text(), "regenerate the table: bench/gpu_check.sh --table"
+
+
 def test_a_plan_over_the_budget_fails_the_dry_run(tmp_path):
     over = tmp_path / "gpu_check.sh"
     over.write_text(re.sub(r"train:\d+", "train:200", SCRIPT.read_text()))
@@ -89,6 +102,9 @@ def test_every_stage_runs_at_toy_sizes_on_the_cpu(tmp_path):
     assert json.loads((tmp_path / "sm90.json").read_text())["complete"]
     selected = re.search(r"(\d+)/\d+ tests collected", (tmp_path / "tests.log").read_text())
     assert selected and int(selected.group(1)) > 0  # the GPU tests exist and import
+    bench = (tmp_path / "bench.log").read_text()
+    assert bench.index("test_bench_ceilings.py") < bench.index("test_bench_lens.py") < bench.index("test_bench_rows.py")
+    assert re.search(r"^mask, \d+ tokens +\d+ ", bench, re.M)  # the update stage's mask build rows
     e2e = {r["stage"] for r in json.loads((tmp_path / "gpu_e2e.json").read_text())}
     assert {"env", "reads", "train_logprobs", "tree_step"} <= e2e
     train = json.loads((tmp_path / "gpu_train.json").read_text())
