@@ -125,7 +125,7 @@ class Generates(Protocol):
     def generate(
         self,
         prompts: list[list[int]],
-        max_new_tokens: int,
+        max_new_tokens: int | Sequence[int],
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | Sequence[int] = 0,
@@ -277,8 +277,24 @@ def request_seeds(seed, n: int) -> list[int]:
     return seeds
 
 
-def check_generation_args(prompts, max_new_tokens: int, temperature: float, top_p: float) -> None:
+def request_budgets(max_new_tokens: int | Sequence[int], n: int) -> list[int]:
+    """Each of ``n`` requests' token cap: one int for all, or one per request (a fork's siblings, Monte-Carlo
+    completions from several cuts: each decodes to its own budget, not to the batch's largest)."""
+    if isinstance(max_new_tokens, int):
+        return [max_new_tokens] * n
+    budgets = [int(b) for b in max_new_tokens]
+    if len(budgets) != n:
+        raise ValueError(f"{len(budgets)} max_new_tokens for {n} requests")
+    return budgets
+
+
+def check_generation_args(
+    prompts, max_new_tokens: int | Sequence[int], temperature: float, top_p: float
+) -> list[int]:
+    """One error for bad generation arguments; returns each request's token cap (:func:`request_budgets`)."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate needs at least one non-empty prompt")
-    if max_new_tokens < 1 or temperature < 0 or not 0 < top_p <= 1:
+    budgets = request_budgets(max_new_tokens, len(prompts))
+    if min(budgets) < 1 or temperature < 0 or not 0 < top_p <= 1:
         raise ValueError("max_new_tokens must be >= 1, temperature >= 0 and top_p in (0, 1]")
+    return budgets

@@ -317,13 +317,15 @@ class HFBackend:
     def generate(
         self,
         prompts: list[list[int]],
-        max_new_tokens: int,
+        max_new_tokens: int | Sequence[int],
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | Sequence[int] = 0,
         eos_token_id: int | None = None,
     ) -> list[list[int]]:
-        """Sample one continuation per prompt (left-padded batch); returns the new token ids, EOS included.
+        """Sample one continuation per prompt (left-padded batch); returns the new token ids, EOS included. A request
+        with its own cap (``max_new_tokens[i]``) finishes there (:class:`BudgetStop`); the batch runs while any
+        request is unfinished.
         Request ``i`` samples from its own generator seeded ``seed + i`` (or ``seed[i]``), by the Gumbel-max trick
         (:class:`RequestSampler`): what it draws does not depend on which other requests share the batch, so a
         prompt's rollouts are the same whichever rank of a data-parallel run generates them, up to the logits' last
@@ -331,7 +333,7 @@ class HFBackend:
         perturbed scores lie that close flips (rare, but seen on the walk default)."""
         from transformers import Cache
 
-        check_generation_args(prompts, max_new_tokens, temperature, top_p)
+        budgets = check_generation_args(prompts, max_new_tokens, temperature, top_p)
         eos = eos_token_id if eos_token_id is not None else self.model.generation_config.eos_token_id
         ids, mask, pad = self._left_pad(prompts)
         width = ids.shape[1]
@@ -341,7 +343,8 @@ class HFBackend:
             out = self.model.generate(
                 input_ids=ids,
                 attention_mask=mask,
-                max_new_tokens=max_new_tokens,
+                max_new_tokens=max(budgets),
+                stopping_criteria=[BudgetStop(budgets, width)] if min(budgets) < max(budgets) else None,
                 do_sample=False,  # the argmax of the perturbed scores: a sample (RequestSampler), or greedy
                 logits_processor=sampler,
                 temperature=None,
@@ -356,7 +359,8 @@ class HFBackend:
                 synced_gpus=False,
             )
         results = []
-        for row in out.sequences[:, width:].tolist():
+        for row, budget in zip(out.sequences[:, width:].tolist(), budgets):
+            row = row[:budget]
             if eos is not None and eos in row:
                 row = row[: row.index(eos) + 1]
             results.append(row)
@@ -368,6 +372,17 @@ class HFBackend:
             starts = [width - len(p) for p in prompts]
             self._kept = (KeptKV(layers, starts), rows, self._weights_version())
         return results
+
+
+class BudgetStop:
+    """A stopping criterion: request ``i`` is finished once it has ``budgets[i]`` new tokens (transformers pads a
+    finished row from then on and ends the batch when every row is finished)."""
+
+    def __init__(self, budgets: Sequence[int], width: int):
+        self.budgets, self.width = torch.tensor(list(budgets)), width
+
+    def __call__(self, input_ids: torch.Tensor, scores, **_) -> torch.Tensor:
+        return (input_ids.shape[1] - self.width) >= self.budgets.to(input_ids.device)
 
 
 class RequestSampler:

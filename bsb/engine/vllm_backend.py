@@ -281,21 +281,21 @@ class VLLMBackend:
     def generate(
         self,
         prompts: list[list[int]],
-        max_new_tokens: int,
+        max_new_tokens: int | Sequence[int],
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | Sequence[int] = 0,
         eos_token_id: int | None = None,
     ) -> list[list[int]]:
-        """Sample one continuation per prompt (request ``i`` seeded ``seed + i``, or ``seed[i]``); returns the new token
-        ids (EOS included when generated)."""
+        """Sample one continuation per prompt (request ``i`` seeded ``seed + i``, or ``seed[i]``; capped at
+        ``max_new_tokens``, or ``max_new_tokens[i]``); returns the new token ids (EOS included when generated)."""
         from vllm import SamplingParams
 
-        check_generation_args(prompts, max_new_tokens, temperature, top_p)
+        budgets = check_generation_args(prompts, max_new_tokens, temperature, top_p)
         stop = [eos_token_id] if eos_token_id is not None else None
         params = [
-            SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=s, stop_token_ids=stop)
-            for s in request_seeds(seed, len(prompts))
+            SamplingParams(max_tokens=b, temperature=temperature, top_p=top_p, seed=s, stop_token_ids=stop)
+            for s, b in zip(request_seeds(seed, len(prompts)), budgets)
         ]
         return [list(o.outputs[0].token_ids) for o in self._run(prompts, params)]
 

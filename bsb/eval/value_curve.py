@@ -103,10 +103,9 @@ def mc_values(
     for start in range(0, len(todo), batch_size):
         part = todo[start : start + batch_size]
         prefixes = [list(prompt) + list(response[:c]) for c, _ in part]
-        budget = max(max_response - c for c, _ in part)
         outs = backend.generate(
             prefixes,
-            max_new_tokens=budget,
+            max_new_tokens=[max_response - c for c, _ in part],  # each completion to its own budget
             temperature=temperature,
             top_p=top_p,
             seed=seed + 7919 * start,

@@ -95,7 +95,7 @@ def tree_rollout(
     times = RolloutTimes()
     gen_kw = dict(temperature=cfg.temperature, top_p=cfg.top_p, eos_token_id=eos_id)
 
-    def generate(reqs: list[list[int]], max_new: int, s) -> list[list[int]]:
+    def generate(reqs: list[list[int]], max_new: int | list[int], s) -> list[list[int]]:
         start = time.perf_counter()
         out = backend.generate(reqs, max_new_tokens=max_new, seed=s, **gen_kw)
         times.generate_s += time.perf_counter() - start
@@ -145,7 +145,8 @@ def tree_rollout(
         for _ in range(cfg.siblings)
     ]
     budget = [cfg.max_response - cuts[s] for s in range(len(slots)) for _ in range(cfg.siblings)]
-    conts = generate(reqs, max(budget), derive(seed, "siblings") + base * cfg.siblings)
+    # each sibling decodes to its own budget (one token at least: a request needs one), not to the batch's largest
+    conts = generate(reqs, [max(1, b) for b in budget], derive(seed, "siblings") + base * cfg.siblings)
     for s, (p, m) in enumerate(slots):
         tree, t = trees[p], cuts[s]
         tree.fork_positions.append(forks[s])

@@ -115,7 +115,7 @@ def two_stage_rollout(
     if plan:
         conts = generate(
             [prompt + u for _, u, _, _ in plan],
-            max_new_tokens=max(b for *_, b in plan),
+            max_new_tokens=[max(1, b) for *_, b in plan],  # each continuation to its own budget
             seed=derive(seed, "continuations"),
             **kw,
         )

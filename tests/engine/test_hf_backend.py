@@ -131,3 +131,16 @@ def test_generation_never_enters_transformers_synced_gpu_loop(monkeypatch):
     hf.generate([[3, 4, 5], [6, 7]], max_new_tokens=3, temperature=1.0, seed=1)
     hf.sampled_reads([3, 4, 5, 6, 7, 8], [3, 5], [9, 10], read_len=2, seed=1)
     assert seen == {False: 2}
+
+
+def test_each_request_decodes_to_its_own_budget():
+    """Per-request caps end each row at its own budget (a stopping criterion; the batch runs to the largest), and
+    each request's draws within it are its draws alone (its own stream)."""
+    hf = HFBackend(tiny())
+    prompts = [[3, 4, 5], [6, 7], [8, 9, 10, 11]]
+    capped = hf.generate(prompts, max_new_tokens=[2, 7, 4], temperature=1.0, seed=5)
+    alone = hf.generate(prompts, max_new_tokens=7, temperature=1.0, seed=5)
+    assert capped == [a[:b] for a, b in zip(alone, [2, 7, 4])]
+    assert all(len(r) <= b for r, b in zip(capped, [2, 7, 4]))
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        hf.generate(prompts, max_new_tokens=[2, 0, 4])

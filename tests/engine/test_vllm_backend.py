@@ -150,3 +150,14 @@ def test_the_weight_sync_check_passes_a_good_sync_and_fires_on_a_garbled_one(eng
     finally:
         engine.load_weights(transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
                             .state_dict().items())
+
+
+def test_each_request_decodes_to_its_own_budget(engine):
+    """Per-request caps: each request stops at its own, and what it draws within it is what it draws alone."""
+    prompts = [[5, 6, 7], [8, 9, 10, 11], [12, 13]]
+    capped = engine.generate(prompts, max_new_tokens=[2, 9, 5], seed=6, temperature=1.0)
+    assert [len(r) <= b for r, b in zip(capped, [2, 9, 5])] == [True] * 3
+    alone = engine.generate(prompts, max_new_tokens=9, seed=6, temperature=1.0)
+    assert capped == [a[:b] for a, b in zip(alone, [2, 9, 5])]
+    with pytest.raises(ValueError, match="2 max_new_tokens for 3 requests"):
+        engine.generate(prompts, max_new_tokens=[2, 9], seed=6)

@@ -18,10 +18,11 @@ class Scripted:
     [9, 9, EOS]. Records every request."""
 
     def __init__(self, roots):
-        self.roots, self.requests = list(roots), []
+        self.roots, self.requests, self.budgets = list(roots), [], []
 
     def generate(self, prompts, max_new_tokens, seed=0, temperature=1.0, top_p=1.0, eos_token_id=None):
         self.requests.append([list(p) for p in prompts])
+        self.budgets.append(max_new_tokens)
         return [list(self.roots.pop(0)) if len(p) == 2 else [9, 9, EOS] for p in prompts]
 
 
@@ -69,3 +70,16 @@ def test_the_cached_read_tokens_are_what_the_selections_report():
     _, times = tree_rollout([[2, 3], [2, 4]], ["a", "b"], ["1", "1"], Scripted([good] * 4), sel, MASK,
                             TreeConfig(chains=2, siblings=1, max_response=20), EOS, seed=0)
     assert times.probe_cached == 4 * (5 + 8)
+
+
+def test_each_sibling_decodes_to_its_own_budget():
+    """Siblings of a fork at t ask for max_response - t tokens each, not the batch's largest budget."""
+    good = [5, 5, NL, 6, 6, NL, 4, 4, EOS]
+    early = [5, 5, 5, 5, 5, 5, 5, NL, 6, 6, 6, 6, 6, 6, 6, NL, 4, 4, EOS]
+    backend = Scripted([good, early])
+    cfg = TreeConfig(chains=2, siblings=2, max_response=20)
+    (tree,), _ = tree_rollout([[2, 3]], ["a"], ["1"], backend, make_selector("midpoint", SelectorConfig()), MASK, cfg,
+                              EOS, seed=0)  # fmt: skip
+    cuts = tree.fork_positions
+    assert backend.budgets[0] == 20 and backend.budgets[-1] == [20 - cuts[0]] * 2 + [20 - cuts[1]] * 2
+    assert cuts[0] != cuts[1]

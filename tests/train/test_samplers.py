@@ -5,6 +5,7 @@ import itertools
 import pytest
 import torch
 
+from bsb.engine.backend import request_budgets
 from bsb.train.samplers import TwoStageConfig, causal_tau, two_stage_rollout
 
 EOS, NL, A = 1, 7, 5
@@ -24,12 +25,12 @@ class FinitePolicy:
 
     def generate(self, prompts, max_new_tokens, seed=0, temperature=1.0, top_p=1.0, eos_token_id=None):
         out = []
-        for p in prompts:
+        for p, budget in zip(prompts, request_budgets(max_new_tokens, len(prompts))):
             if len(p) == len(PROMPT):
                 out.append([EOS] if next(self.coins) else list(LONG))
             else:
                 out.append([A, A, EOS])
-            out[-1] = out[-1][:max_new_tokens]
+            out[-1] = out[-1][:budget]
         return out
 
 

@@ -59,19 +59,19 @@ class ServerBackend:
     def generate(
         self,
         prompts: Sequence[Sequence[int]],
-        max_new_tokens: int,
+        max_new_tokens: int | Sequence[int],
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | Sequence[int] = 0,
         eos_token_id: int | None = None,
     ) -> list[list[int]]:
-        check_generation_args(prompts, max_new_tokens, temperature, top_p)
+        budgets = check_generation_args(prompts, max_new_tokens, temperature, top_p)
         prompts = [[int(x) for x in p] for p in prompts]
 
         seeds = request_seeds(seed, len(prompts))
 
         def params(i: int) -> dict:
-            p = dict(self.sampling, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seeds[i])
+            p = dict(self.sampling, max_tokens=budgets[i], temperature=temperature, top_p=top_p, seed=seeds[i])
             if eos_token_id is not None:
                 p["stop_token_ids"] = [int(eos_token_id)]
             return p
@@ -80,8 +80,8 @@ class ServerBackend:
             return await asyncio.gather(*(self._generate(p, params(i)) for i, p in enumerate(prompts)))
 
         out = []
-        for prompt, (ids, lps) in zip(prompts, self._wait(run)):
-            ids = [int(x) for x in ids][:max_new_tokens]
+        for prompt, budget, (ids, lps) in zip(prompts, budgets, self._wait(run)):
+            ids = [int(x) for x in ids][:budget]
             if lps is not None:
                 self.logprobs[(tuple(prompt), tuple(ids))] = [float(x) for x in lps][: len(ids)]
             out.append(ids)
