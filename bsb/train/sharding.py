@@ -230,7 +230,9 @@ def _units(model):
 def unsharded(model, enabled: bool = True):
     """Every FSDP unit of ``model`` gathered (one collective each, on every rank) for the duration, and kept whole
     across forwards, so generation and reads that run different numbers of forwards on different ranks issue no
-    collective. Resharded on exit. A no-op when not ``enabled`` (an unsharded model)."""
+    collective. Resharded on exit, each unit back to FSDP2's own setting: the layers reshard after their forward, the
+    root does not (its embedding and head would be gathered again at once for the backward: one more all-gather a
+    micro-batch). A no-op when not ``enabled`` (an unsharded model)."""
     if not enabled:
         yield
         return
@@ -242,6 +244,7 @@ def unsharded(model, enabled: bool = True):
         yield
     finally:
         model.set_reshard_after_forward(True)
+        model.set_reshard_after_forward(False, recurse=False)  # the root, as fully_shard leaves it
         for unit in units:
             unit.reshard()
 

@@ -129,6 +129,13 @@ def main(out: str) -> None:
         "reads": len(got),
         "max_diff": max(float((a - b).abs().max()) for a, b in zip(got, want)),
     }
+    # after unsharded(), each unit reshards after its forward as FSDP2 set it: the layers do, the root does not
+    groups = lambda m: m._get_fsdp_state()._fsdp_param_groups  # noqa: E731
+    layers = [m for m in sharded.modules() if m is not sharded and hasattr(m, "_get_fsdp_state")]
+    report["reshard_after_forward"] = {
+        "root": any(g.post_forward_mesh_info is not None for g in groups(sharded)),
+        "layers": [all(g.post_forward_mesh_info is not None for g in groups(m)) for m in layers],
+    }
 
     unit = {"unit_question_grad": True, "grad_accum_questions": 2}
     for name, extra, rows_of in (

@@ -128,6 +128,10 @@ def test_uneven_work_across_ranks_issues_matching_collectives(tmp_path):
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert (r0["uneven_reads"]["reads"], r1["uneven_reads"]["reads"]) == (1, 2)
     assert r0["uneven_reads"]["max_diff"] < 1e-5 and r1["uneven_reads"]["max_diff"] < 1e-5
+    # after the reads, the root keeps its weights gathered through the backward (FSDP2's setting), the layers reshard
+    for report in (r0, r1):
+        assert report["reshard_after_forward"]["root"] is False
+        assert report["reshard_after_forward"]["layers"] and all(report["reshard_after_forward"]["layers"])
     # the policy built on the meta device, sharded, then filled from rank 0: what from_pretrained loads
     for r, report in enumerate((r0["placed"], r1["placed"])):
         assert report["checkpoint_reads"] == (1 if r == 0 else 0)  # only rank 0 reads the whole model (on the host)
