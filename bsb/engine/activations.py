@@ -11,8 +11,10 @@ layer's activations are rebuilt at a time during the backward.
 
 What is not here: recurrent (Mamba-2) and mixture-of-experts layers (their kernels keep other things on a GPU than
 transformers' torch path keeps on the CPU), the head's logits (bsb's update computes log-probs in chunks and never
-keeps a full (T, V) tensor), and the tree-packed update's gathered keys, values and masks (its attention gathers
-each segment's whole context, with the key heads repeated to the query heads).
+keeps a full (T, V) tensor), and the tree-packed update's attention on the CPU (its SDPA levels gather each
+segment's whole context, with the key heads repeated to the query heads). On CUDA the tree-packed update attends with
+``flex_attention`` over its unique tokens, which keeps per token what a flat forward keeps, so its unique tokens
+priced here bound it; that path has not run on a GPU yet.
 """
 
 from __future__ import annotations

@@ -288,9 +288,7 @@ def request_budgets(max_new_tokens: int | Sequence[int], n: int) -> list[int]:
     return budgets
 
 
-def check_generation_args(
-    prompts, max_new_tokens: int | Sequence[int], temperature: float, top_p: float
-) -> list[int]:
+def check_generation_args(prompts, max_new_tokens: int | Sequence[int], temperature: float, top_p: float) -> list[int]:
     """One error for bad generation arguments; returns each request's token cap (:func:`request_budgets`)."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate needs at least one non-empty prompt")
