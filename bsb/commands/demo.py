@@ -142,7 +142,8 @@ def _case_figure(cfg: DemoConfig, session, chains, curves, forks, suffix) -> tup
     k = report.case_chain(curves)
     ch, p, cuts = chains[k], session.problems[k], report.boundaries(picks["probe_js"][k], cfg.max_response)
     xs, vs = cuts + [len(ch.response)], curves[k]
-    belief = answer_belief(session.hf, ch.prompt, ch.response, cuts, suffix, session.gold_ids(p))
+    gold = session.gold_ids(p)
+    belief = answer_belief(session.hf, ch.prompt, ch.response, cuts, suffix, gold, session.closing_ids(gold))
     flips = {name: at_fork(xs, vs, picks[name][k].fork) for name in names}
     png = case_plot(
         cfg.out,

@@ -99,6 +99,18 @@ class Session:
         answer)."""
         return self.tok.encode(self.task.gold_continuation(problem), add_special_tokens=False)
 
+    def closing_ids(self, ids: list[int]) -> list[int]:
+        """Every token that writes the text of ``ids``' last token and maybe more: how the model may close the gold
+        answer. A boxed ``4}`` is ``4`` then ``}``, but a model that ends its answer with ``}.`` writes that as one
+        token; the belief counts each way to close it (:func:`bsb.eval.value_curve.answer_belief`)."""
+        if not ids:
+            return []
+        vocab = self.__dict__.setdefault("_vocab", self.tok.convert_ids_to_tokens(list(range(len(self.tok)))))
+        last = vocab[ids[-1]] if ids[-1] < len(vocab) else None
+        if not last:
+            return [ids[-1]]
+        return [i for i, piece in enumerate(vocab) if piece is not None and piece.startswith(last)]
+
 
 def open_session(
     cfg: OfflineConfig,

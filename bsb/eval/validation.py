@@ -128,17 +128,14 @@ def gold_beliefs(session, live: list[dict], suffix) -> dict[str, list[float]]:
     first = {}
     for i, p in enumerate(session.problems):
         first.setdefault(p.id, i)
-    return {
-        r["id"]: answer_belief(
-            session.hf,
-            session.prompts[first[r["id"]]],
-            r["response"],
-            r["cuts"],
-            suffix,
-            session.gold_ids(session.problems[first[r["id"]]]),
+    out = {}
+    for r in live:
+        gold = session.gold_ids(session.problems[first[r["id"]]])
+        prompt = session.prompts[first[r["id"]]]
+        out[r["id"]] = answer_belief(
+            session.hf, prompt, r["response"], r["cuts"], suffix, gold, session.closing_ids(gold)
         )
-        for r in live
-    }
+    return out
 
 
 def lag_profiles(live: list[dict], beliefs: dict, names: list[str], seed: int) -> dict:

@@ -129,9 +129,12 @@ def answer_belief(
     cuts: Sequence[int],
     suffix: Sequence[int],
     answer: Sequence[int],
+    closers: Sequence[int] | None = None,
 ) -> list[float]:
     """The model's elicited belief in a whole answer at each cut: ``p(answer | x, y_<=t, suffix)``, teacher-forced
-    through the HF backend's packed reads (the curve drawn beside V* in the case plots)."""
+    through the HF backend's packed reads (the curve drawn beside V* in the case plots). ``closers``: the tokens any
+    of which may stand for the answer's last token (its closing brace written alone or merged with what follows,
+    ``}`` or ``}.``); the last factor is then their summed probability."""
     import torch
 
     if not answer:
@@ -140,4 +143,8 @@ def answer_belief(
     reads = backend.packed_reads(prefix, at, list(suffix), list(answer))
     lp = torch.log_softmax(reads.answer_logits.float(), -1)  # (C, n, V)
     ids = torch.as_tensor(list(answer), device=lp.device).expand(lp.shape[0], -1)  # (C, n)
-    return lp.gather(-1, ids[..., None]).squeeze(-1).sum(-1).exp().tolist()
+    each = lp.gather(-1, ids[..., None]).squeeze(-1)  # (C, n)
+    if closers:
+        last = torch.as_tensor(sorted(set(closers) | {int(answer[-1])}), device=lp.device)
+        each = torch.cat([each[:, :-1], lp[:, -1, last].logsumexp(-1, keepdim=True)], 1)
+    return each.sum(-1).exp().tolist()

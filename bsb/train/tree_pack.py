@@ -42,10 +42,6 @@ class _Level:
     keep: torch.Tensor
     windowed: dict = field(default_factory=dict)  # sliding window -> its (S, L, K) mask
 
-    def to(self, device) -> _Level:
-        moved = (t.to(device) for t in (self.q_idx, self.kv_idx, self.allowed, self.keep))
-        return _Level(*moved, {w: m.to(device) for w, m in self.windowed.items()})
-
 
 @dataclass
 class _Flex:
@@ -67,9 +63,6 @@ class TreeMask:
     inverse: torch.Tensor  # (T,)
     positions: torch.Tensor  # (T,)
     flex: _Flex | None = None
-
-    def to(self, device) -> TreeMask:
-        return TreeMask([lv.to(device) for lv in self.levels], self.inverse.to(device), self.positions.to(device))
 
 
 @dataclass

@@ -63,3 +63,41 @@ def test_a_corrupt_store_is_an_error(tmp_path):
     path.write_text("not json\n{}\n")
     with pytest.raises(ValueError, match="c.jsonl:1"):
         CompletionStore(path)
+
+
+def test_the_belief_counts_every_token_that_closes_the_answer():
+    """With closers, the last factor is the summed probability of every token that may close the answer: the belief
+    equals the sum of the beliefs in each closed answer, and the plain belief is one of its terms."""
+    import torch
+    import transformers
+
+    from bsb.engine.hf_backend import HFBackend
+    from bsb.eval.value_curve import answer_belief
+
+    torch.manual_seed(0)
+    cfg = transformers.Qwen3Config(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                   max_position_embeddings=128, eos_token_id=1, pad_token_id=0)  # fmt: skip
+    hf = HFBackend(transformers.Qwen3ForCausalLM(cfg).eval())
+    args = ([3, 4, 5], [6, 7, 8, 9, 10], [1, 3, 5], [11, 12])
+    answer, closers = [13, 14], [14, 15, 16]
+    both = answer_belief(hf, *args, answer, closers)
+    each = [answer_belief(hf, *args, [13, c]) for c in closers]
+    assert both == pytest.approx([sum(x) for x in zip(*each)], rel=1e-5)
+    assert all(b > p for b, p in zip(both, answer_belief(hf, *args, answer)))
+
+
+def test_a_boxed_answers_closers_include_the_brace_merged_with_what_follows():
+    """SmolLM2 writes ``\\boxed{4}.`` as ``4`` then ``}.``: the gold ``4}`` is closed by ``}`` or ``}.``."""
+    from types import SimpleNamespace
+
+    from real_models import real_model
+    from transformers import AutoTokenizer
+
+    from bsb.eval.session import Session
+
+    tok = AutoTokenizer.from_pretrained(real_model("smollm2-135m"))
+    gold = tok.encode("4}", add_special_tokens=False)
+    closers = Session.closing_ids(SimpleNamespace(tok=tok), gold)
+    merged = tok.encode("4}.", add_special_tokens=False)[-1]
+    assert gold[-1] in closers and merged in closers and tok.encode("4", add_special_tokens=False)[0] not in closers
