@@ -105,7 +105,9 @@ class Session:
         token; the belief counts each way to close it (:func:`bsb.eval.value_curve.answer_belief`)."""
         if not ids:
             return []
-        vocab = self.__dict__.setdefault("_vocab", self.tok.convert_ids_to_tokens(list(range(len(self.tok)))))
+        vocab = self.__dict__.get("_vocab")
+        if vocab is None:  # the vocabulary's pieces, read once a session (262k of them for Gemma)
+            vocab = self.__dict__["_vocab"] = self.tok.convert_ids_to_tokens(list(range(len(self.tok))))
         last = vocab[ids[-1]] if ids[-1] < len(vocab) else None
         if not last:
             return [ids[-1]]
