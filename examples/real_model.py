@@ -7,7 +7,7 @@ level and a BSV direction fitted on it, both from the model in the model cache (
 
 ``rates``: 208 arithmetic problems (the ``arith`` task's own generator, 1-3 operations on operands 0-9) and the 48
 templated word problems of examples/problems/grade_school.jsonl, each sampled N = 8 times at temperature 0.7 through
-the few-shot prompt below; a problem joins the set when its pass rate lies in [0.2, 0.8], listed 14 times (the
+the few-shot prompt below; a problem joins the set when its pass rate lies in [0.2, 0.8], listed 22 times (the
 checkpoint, SmolLM2's Q4_1 GGUF, solves few problems: 11 of 256 were in range). ``bsv``: the direction
 from drafted arithmetic continuations on the same prompt: a correct next step (steady), a wrong one (drop) and the
 line that catches a wrong step (surge), as ``bsb.tasks.synthetic.arith`` drafts its chains.
@@ -32,7 +32,7 @@ PROBLEMS = ROOT / "examples" / "problems" / "smollm2_mid.jsonl"
 RATES = ROOT / "examples" / "results" / "real" / "smollm2_rates.jsonl"
 BSV = ROOT / "runs" / "real" / "bsv_smollm2.pt"
 N, TEMPERATURE, MAX_TOKENS, LO, HI = 8, 0.7, 128, 0.2, 0.8
-REPEAT = 14  # chains per selected problem: the set lists each one REPEAT times (ids "<id>/k"), one chain each
+REPEAT = 22  # chains per selected problem: the set lists each one REPEAT times (ids "<id>/k"), one chain each
 CANDIDATES = [(1, 64), (2, 96), (3, 48)]  # (operations, problems) of the arith generator, seed 7
 
 SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
@@ -55,7 +55,7 @@ def transcript(prompt: str) -> str:
 TEMPLATE = transcript("{prompt}").replace("{", "{{").replace("}", "}}").replace("{{prompt}}", "{prompt}")
 VALIDATE = [
     "bsb", "validate", MODEL, str(PROBLEMS.relative_to(ROOT)), "--prompt-format", "plain",
-    "--prompt-template", TEMPLATE, "--n-problems", "154", "--n-mc", "8", "--b-ratio", "0.08",
+    "--prompt-template", TEMPLATE, "--n-problems", "242", "--n-mc", "8", "--b-ratio", "0.08",
     "--max-response", "128", "--temperature", "0.7", "--backend", "vllm", "--bsv", str(BSV.relative_to(ROOT)),
     "--out", "runs/real/smollm2",
 ]  # fmt: skip

@@ -146,7 +146,8 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def _sample_chains(cfg: ValidateConfig, gen, session, out: Path) -> dict[str, list[int]]:
     """One chain per problem, by problem id: read from ``chains.jsonl`` when a run already sampled it, else sampled and
-    appended there (a rerun resumes)."""
+    appended there (a rerun resumes). Problem ``i`` is sampled with seed ``seed + i`` whichever run samples it, so
+    a resumed or extended run draws the chains an uninterrupted one would (not the first rows' seeds again)."""
     chains_path = out / "chains.jsonl"
     saved = (
         {r["id"]: r["response"] for r in map(json.loads, chains_path.read_text().splitlines())}
@@ -159,7 +160,7 @@ def _sample_chains(cfg: ValidateConfig, gen, session, out: Path) -> dict[str, li
             [session.prompts[i] for i in missing],
             max_new_tokens=cfg.max_response,
             temperature=cfg.temperature,
-            seed=cfg.seed,
+            seed=[cfg.seed + i for i in missing],
             eos_token_id=session.eos,
         )
         with chains_path.open("a") as f:

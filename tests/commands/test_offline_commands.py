@@ -92,3 +92,30 @@ def test_demo_names_the_most_flip_mass_only_when_a_segment_moved():
     assert most_text({"probe_js": 0.0, "entropy": 0.0}) == " (no selector's segment moves V* on this chain)"
     assert most_text({"probe_js": 0.5, "entropy": 0.5, "midpoint": 0.25}) == " (most: probe_js, entropy)"
     assert most_text({"probe_js": 0.1, "entropy": 0.3}) == " (most: entropy)"
+
+
+def test_resumed_chains_are_seeded_by_their_place_in_the_set(tmp_path):
+    """A run that resumes (or extends the set) seeds problem i with seed + i, as an uninterrupted run does: the rows
+    it adds must not repeat the first rows' seeds (the same prompt twice would draw the same chain)."""
+    from types import SimpleNamespace
+
+    from bsb.commands.validate import _sample_chains
+
+    class Gen:
+        def __init__(self):
+            self.seeds = []
+
+        def generate(self, prompts, max_new_tokens, temperature, seed, eos_token_id):
+            self.seeds.append(list(seed))
+            return [[7, s] for s in seed]
+
+    problems = [SimpleNamespace(id=f"p{i}", prompt="Compute 1 + 1.", answer="2") for i in range(5)]
+    session = SimpleNamespace(problems=problems, prompts=[[1, 2]] * 5, eos=0)
+    cfg = SimpleNamespace(max_response=8, temperature=0.7, seed=10)
+    first = _sample_chains(cfg, gen := Gen(), SimpleNamespace(**{**vars(session), "problems": problems[:2]}), tmp_path)
+    assert gen.seeds == [[10, 11]] and first == {"p0": [7, 10], "p1": [7, 11]}
+    resumed = _sample_chains(cfg, gen, session, tmp_path)  # the set grew to 5: only p2..p4 are sampled
+    assert gen.seeds[1] == [12, 13, 14]
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert resumed == _sample_chains(cfg, Gen(), session, fresh)  # what one uninterrupted run draws
