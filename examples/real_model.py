@@ -4,6 +4,7 @@ level and a BSV direction fitted on it, both from the model in the model cache (
     python examples/real_model.py rates   # per-problem pass rates; writes examples/problems/smollm2_mid.jsonl
     python examples/real_model.py bsv     # the BSV direction for --bsv (runs/real/bsv_smollm2.pt)
     python examples/real_model.py command # the bsb validate command of the recorded run
+    python examples/real_model.py remedy L4  # the same run with one of the paper's remedies (L4, K5, suffix)
 
 ``rates``: 208 arithmetic problems (the ``arith`` task's own generator, 1-3 operations on operands 0-9) and the 48
 templated word problems of examples/problems/grade_school.jsonl, each sampled N = 8 times at temperature 0.7 through
@@ -59,6 +60,31 @@ VALIDATE = [
     "--max-response", "128", "--temperature", "0.7", "--backend", "vllm", "--bsv", str(BSV.relative_to(ROOT)),
     "--out", "runs/real/smollm2",
 ]  # fmt: skip
+
+
+# The paper's remedies when belief reads do not lead (§3.2, §7): a longer read, another K, another suffix wording.
+# Each reruns the recorded run's chains and completions (copied into its own --out, so nothing is sampled again)
+# with the belief reads changed, on the belief selectors and the two references.
+REMEDIES = {
+    "L4": ["--read-len", "4"],
+    "K5": ["--top-k", "5"],
+    "suffix": ["--probe-suffix", "Therefore, the answer is \\boxed{"],
+}
+
+
+def remedy(name: str) -> list[str]:
+    """The validate command of remedy ``name``, its out dir seeded with the recorded run's chains and completions."""
+    import shutil
+
+    if name not in REMEDIES:
+        sys.exit(f"no remedy {name!r}: one of {', '.join(REMEDIES)}")
+    src, out = ROOT / VALIDATE[-1], ROOT / f"{VALIDATE[-1]}_{name}"
+    out.mkdir(parents=True, exist_ok=True)
+    for f in ("chains.jsonl", "completions.jsonl"):
+        if not (out / f).exists():
+            shutil.copy(src / f, out / f)
+    selectors = ["--selectors", "probe_js", "lens_shift", "entropy", "midpoint"]
+    return VALIDATE[:-1] + [str(out.relative_to(ROOT))] + REMEDIES[name] + selectors
 
 
 def candidates() -> list[dict]:
@@ -162,5 +188,9 @@ if __name__ == "__main__":
         import shlex
 
         print(shlex.join(VALIDATE))
+    elif what == "remedy" and len(sys.argv) > 2:
+        import shlex
+
+        print(shlex.join(remedy(sys.argv[2])))
     else:
-        sys.exit(f"usage: python examples/real_model.py rates | bsv | command (got {what!r})")
+        sys.exit(f"usage: python examples/real_model.py rates | bsv | command | remedy NAME (got {what!r})")

@@ -8,7 +8,11 @@ paired by seed index and question. The difference is ``d = a − b``.
 * :func:`two_level`: resample seeds with replacement, then questions with replacement, independently; statistic:
   the mean of ``d[s*, q*]``. It adds the seed-to-seed variation to the question variation.
 
-Both use a fixed number of resamples (4,000 as in the paper) and a seed, and return the observed mean
+* :func:`cluster_mean`: one score difference per item (a chain), items grouped in clusters (the chains of one
+  problem); resample clusters with replacement; statistic: the mean over the resampled clusters' items. With one item
+  a cluster it is the plain bootstrap of a paired mean.
+
+All use a fixed number of resamples (4,000 as in the paper) and a seed, and return the observed mean
 difference with the percentile 95% interval.
 """
 
@@ -64,3 +68,18 @@ def two_level(a, b, resamples: int = 4000, seed: int = 0, level: float = 0.95) -
         q = rng.integers(0, n_q, size=n_q)
         stats[r] = d[np.ix_(s, q)].mean()
     return _interval(d, stats, level, resamples)
+
+
+def cluster_mean(d, clusters, resamples: int = 4000, seed: int = 0, level: float = 0.95) -> Interval:
+    """The mean of the paired differences ``d`` (one an item) with its interval, resampling the ``clusters`` (one
+    label an item: items of a cluster travel together, as chains sampled from one problem do)."""
+    d = np.asarray(d, dtype=np.float64)
+    if d.ndim != 1 or d.size == 0 or len(clusters) != d.size:
+        raise ValueError(f"one cluster label per difference, got {len(clusters)} labels for shape {d.shape}")
+    if not np.isfinite(d).all():
+        raise ValueError("scores must be finite")
+    labels, index = np.unique(np.asarray(clusters, dtype=object).astype(str), return_inverse=True)
+    sums, counts = np.bincount(index, weights=d), np.bincount(index).astype(np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, labels.size, size=(resamples, labels.size))
+    return _interval(d, sums[idx].sum(axis=1) / counts[idx].sum(axis=1), level, resamples)

@@ -15,6 +15,7 @@ import numpy as np
 
 from bsb.engine.boundaries import CandidatePool
 from bsb.engine.selectors import CannotScore, ChainInput, midpoint_scores
+from bsb.eval.bootstrap import Interval, cluster_mean
 from bsb.eval.flip_mass import flip_mass
 from bsb.eval.lag import jumps, lag_profile
 from bsb.eval.reconstruction import is_flat, oracle_floor, reconstruction_error, top_b
@@ -96,6 +97,10 @@ class Summary:
     whole: int  # non-flat chains whose every boundary B keeps
     captured: dict[str, float]  # share of the total flip mass the top-B re-rolls
     fallbacks: dict[str, int]  # chains ranked by the midpoint instead
+    # E − Midpoint's E, paired by chain, with its 95% interval (chains of one prompt resampled together); None
+    # where Midpoint was not scored or fewer than two chains are non-flat
+    vs_midpoint: dict[str, Interval | None]
+    problems: int  # distinct prompts among the non-flat chains (the interval's clusters)
 
 
 def summarize(curves: list[dict], names: list[str]) -> Summary:
@@ -120,7 +125,16 @@ def summarize(curves: list[dict], names: list[str]) -> Summary:
             for n in names
         },
         fallbacks={n: sum(r["fallback"][n] for r in curves) for n in names},
+        vs_midpoint={n: _vs_midpoint(live, n) if "midpoint" in names and len(live) > 1 else None for n in names},
+        problems=len({r["prompt"] for r in live}),
     )
+
+
+def _vs_midpoint(live: list[dict], name: str) -> Interval:
+    """``name``'s E minus Midpoint's, paired by chain, bootstrapped over prompts (a problem listed several times
+    gives correlated chains: they travel together)."""
+    d = [r["error"][name] - r["error"]["midpoint"] for r in live]
+    return cluster_mean(d, [r["prompt"] for r in live])
 
 
 def gold_beliefs(session, live: list[dict], suffix) -> dict[str, list[float]]:

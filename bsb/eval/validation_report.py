@@ -9,13 +9,18 @@ import math
 from bsb.eval import table
 from bsb.eval.validation import Summary
 
-COLUMNS = ("selector", "mean E", "± s.e.", "excess over floor", "fallbacks", "flip mass captured")
+COLUMNS = ("selector", "mean E", "± s.e.", "vs Midpoint [95%]", "excess over floor", "fallbacks", "flip mass captured")
 MARKS = ("**", "_")  # Markdown marks of the first and second ranked
 
 
 def num(x: float, spec: str = ".3f") -> str:
     """A figure of the report, or n/a where it is undefined (no non-flat chain, no fork pair): never a nan."""
     return "n/a" if math.isnan(x) else format(x, spec)
+
+
+def paired(x) -> str:
+    """A paired difference with its interval, or n/a."""
+    return "n/a" if x is None else f"{x.diff:+.3f} [{x.low:+.3f}, {x.high:+.3f}]"
 
 
 def title(s: Summary, label: str, b_text: str, n_mc: int, skipped: int) -> str:
@@ -38,6 +43,7 @@ def selector_rows(s: Summary) -> list[tuple[str, int | None, list[str]]]:
             [
                 num(s.mean_error[n]),
                 num(s.sem[n]),
+                paired(s.vs_midpoint[n]) if n != "midpoint" else "(reference)",
                 num(s.mean_error[n] - s.floor),
                 str(s.fallbacks[n]),
                 num(s.captured[n], ".2f"),
@@ -59,7 +65,10 @@ def markdown(s: Summary, title_text: str, contrast: dict, lags: dict) -> str:
         mark = MARKS[r] if r is not None else ""
         rows.append([n, f"{mark}{cells[0]}{mark}", *cells[1:]])
     lines = [f"# {title_text}", "", *table.markdown(COLUMNS, rows)]
-    lines.append(f"| oracle floor (DP) | {num(s.floor)} | | 0 | | |")
+    lines.append(f"| oracle floor (DP) | {num(s.floor)} | | | 0 | | |")
+    if any(v is not None for v in s.vs_midpoint.values()):
+        lines += ["", f"vs Midpoint: E − Midpoint's E paired by chain; 95% bootstrap over the {s.problems} problems "
+                  "(a problem's chains resampled together); below 0 is better than Midpoint."]
     tercile = ", ".join(f"{k} {v:.3f}" for k, v in contrast.get("disagreement_by_js_tercile", {}).items())
     lines += [
         "",

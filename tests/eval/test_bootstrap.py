@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bsb.eval.bootstrap import question_clustered, two_level
+from bsb.eval.bootstrap import cluster_mean, question_clustered, two_level
 
 
 def test_constant_difference_has_a_point_interval():
@@ -58,3 +58,30 @@ def test_shape_errors():
         question_clustered(np.ones(3), np.ones(4))
     with pytest.raises(ValueError, match="finite"):
         two_level(np.array([1.0, np.nan]), np.ones(2))
+
+
+def test_cluster_mean_of_single_items_matches_the_normal_closed_form():
+    d = np.random.default_rng(3).normal(0.2, 1.0, size=400)
+    iv = cluster_mean(d, list(range(400)), resamples=4000)
+    half = 1.96 * d.std() / np.sqrt(d.size)
+    assert iv.diff == pytest.approx(d.mean())
+    assert iv.low == pytest.approx(d.mean() - half, abs=0.02) and iv.high == pytest.approx(d.mean() + half, abs=0.02)
+
+
+def test_cluster_mean_resamples_a_clusters_items_together():
+    d = np.random.default_rng(4).normal(0.0, 1.0, size=50)
+    alone = cluster_mean(d, list(range(50)))
+    repeated = np.repeat(d, 9)  # each problem's value nine times: nine chains that say the same thing
+    together = cluster_mean(repeated, np.repeat(np.arange(50), 9))
+    apart = cluster_mean(repeated, list(range(repeated.size)))
+    width = lambda iv: iv.high - iv.low  # noqa: E731
+    assert together.diff == pytest.approx(alone.diff)
+    assert width(together) == pytest.approx(width(alone), rel=0.1)  # no new information in the copies
+    assert width(apart) < width(alone) / 2.5  # treated as independent they would claim ~3x the precision
+
+
+def test_cluster_mean_errors():
+    with pytest.raises(ValueError, match="one cluster label per difference"):
+        cluster_mean([1.0, 2.0], ["a"])
+    with pytest.raises(ValueError, match="finite"):
+        cluster_mean([1.0, float("nan")], ["a", "b"])

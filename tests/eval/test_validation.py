@@ -15,7 +15,7 @@ from bsb.eval.validation import boundary_scores, moving_most, summarize
 def _row(rid, v, picks, flat=False, fallback=()):
     """A curves row of ``v`` at cuts 0..n-1 with B = 1; ``picks``: by selector, its error and kept boundaries."""
     n = len(v)
-    return {"id": rid, "cuts": list(range(n)), "v_star": v, "flat": flat, "b": 1, "floor": 0.0,
+    return {"id": rid, "prompt": rid.split("/")[0], "cuts": list(range(n)), "v_star": v, "flat": flat, "b": 1, "floor": 0.0,
             "error": {k: float(e) for k, (e, _) in picks.items()}, "top_b": {k: kept for k, (_, kept) in picks.items()},
             "fallback": {k: k in fallback for k in picks}, "scores": {k: [0.0] * n for k in picks}}
 
@@ -39,10 +39,26 @@ def test_the_summary_pools_the_non_flat_rows():
 def test_the_console_table_and_the_markdown_share_their_rows():
     s = summarize(_rows(), ["x", "y"])
     md = report.markdown(s, "t", {"sibling_agreement": 0.5, "pairs": 2}, {})
-    assert "| x | **0.000** | 0.000 | 0.000 | 1 | 0.60 |" in md and "| y | _1.500_ | 0.354 | 1.500 | 0 | 0.40 |" in md
-    assert "| oracle floor (DP) | 0.000 | | 0 | | |" in md and "disagreement by Probe-JS tercile: none" in md
+    assert "| x | **0.000** | 0.000 | n/a | 0.000 | 1 | 0.60 |" in md and "| y | _1.500_ | 0.354 | n/a | 1.500 | 0 | 0.40 |" in md
+    assert "| oracle floor (DP) | 0.000 | | | 0 | | |" in md and "disagreement by Probe-JS tercile: none" in md
+    assert "vs Midpoint:" not in md  # no Midpoint, no paired column
     table = report.rich_table(s, "t")
-    assert list(table.columns[0].cells) == ["★ x", "y"] and list(table.columns[5].cells) == ["0.60", "0.40"]
+    assert list(table.columns[0].cells) == ["★ x", "y"] and list(table.columns[6].cells) == ["0.60", "0.40"]
+
+
+def test_each_selector_is_paired_with_midpoint_by_chain_and_bootstrapped_over_problems():
+    # problem p: three chains where x beats midpoint by 1; problem q: one chain where x loses by 1
+    rows = [_row(f"p/{k}", [0.0, 1.0], {"x": (0, [0]), "midpoint": (1, [1])}) for k in range(3)]
+    rows.append(_row("q/0", [0.0, 1.0], {"x": (2, [0]), "midpoint": (1, [1])}))
+    s = summarize(rows, ["x", "midpoint"])
+    x = s.vs_midpoint["x"]
+    assert x.diff == pytest.approx(-0.5) and s.problems == 2
+    # two clusters: a resample holds p twice (-1), q twice (+1) or one of each (-0.5): never below -1, never above +1
+    assert x.low == pytest.approx(-1.0) and x.high == pytest.approx(1.0)
+    assert s.vs_midpoint["midpoint"].diff == 0.0
+    md = report.markdown(s, "t", {"sibling_agreement": 0.5, "pairs": 2}, {})
+    assert "| x | **0.500** | 0.433 | -0.500 [-1.000, +1.000] |" in md and "| midpoint | _1.000_ | 0.000 | (reference) |" in md
+    assert "95% bootstrap over the 2 problems" in md
 
 
 class _Cannot:
