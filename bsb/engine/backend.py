@@ -9,7 +9,8 @@ a clear error naming what is missing. Each capability promises the methods of on
 * every backend, :class:`Backend`: ``capabilities`` and ``close()`` (a no-op where there is nothing to release);
 * ``generate``, :class:`Generates`: ``generate(prompts, max_new_tokens, temperature, top_p, seed, eos_token_id)``
   (token ids); request ``i`` samples from its own seed, ``seed + i`` (or ``seed[i]`` given a list): what it draws
-  does not depend on the other requests of the call (:func:`request_seeds`);
+  does not depend on the other requests of the call (:func:`request_seeds`); ``eos_token_id``: one id or several
+  (:func:`stop_ids`), any of which ends a request and is kept as its last token;
 * ``belief_logits``, :class:`ProbeLogits`: ``probe_logits(asks, suffix, read_len, seeds)``, each chain's read logits
   (C, L, V) on the backend's device; Probe-JS runs the fused ``bsb.kernels.probe_js`` on them (white-box);
 * ``belief_topk``, :class:`ProbeTopK`: ``probe_topk(asks, suffix, read_len, k, seeds)``, each chain's top-k beliefs
@@ -129,7 +130,7 @@ class Generates(Protocol):
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | Sequence[int] = 0,
-        eos_token_id: int | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
     ) -> list[list[int]]: ...
 
 
@@ -265,6 +266,16 @@ def probe_prompts(prefix, cuts: Iterable[int], suffix) -> list[list[int]]:
     for every backend and the verl client (the packed forward lays the same sequences side by side)."""
     prefix, suffix = token_ids(prefix), token_ids(suffix)
     return [prefix[: int(t)] + suffix for t in cuts]
+
+
+def stop_ids(eos_token_id: int | Sequence[int] | None) -> list[int]:
+    """The token ids that end a request: the EOS, or several (a base model's EOS and the token it writes between
+    few-shot examples, ``--stop``); empty for none."""
+    if eos_token_id is None:
+        return []
+    if isinstance(eos_token_id, int):
+        return [eos_token_id]
+    return [int(t) for t in eos_token_id]
 
 
 def request_seeds(seed, n: int) -> list[int]:

@@ -30,6 +30,7 @@ from bsb.engine.backend import (
     check_generation_args,
     probe_prompts,
     request_seeds,
+    stop_ids,
 )
 from bsb.engine.device import autocast, compute_device
 from bsb.engine.families import plan
@@ -321,9 +322,10 @@ class HFBackend:
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | Sequence[int] = 0,
-        eos_token_id: int | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
     ) -> list[list[int]]:
-        """Sample one continuation per prompt (left-padded batch); returns the new token ids, EOS included. A request
+        """Sample one continuation per prompt (left-padded batch); returns the new token ids, EOS included (or
+        whichever of several stop ids ended the row). A request
         with its own cap (``max_new_tokens[i]``) finishes there (:class:`BudgetStop`); the batch runs while any
         request is unfinished.
         Request ``i`` samples from its own generator seeded ``seed + i`` (or ``seed[i]``), by the Gumbel-max trick
@@ -334,7 +336,7 @@ class HFBackend:
         from transformers import Cache
 
         budgets = check_generation_args(prompts, max_new_tokens, temperature, top_p)
-        eos = eos_token_id if eos_token_id is not None else self.model.generation_config.eos_token_id
+        stops = stop_ids(eos_token_id if eos_token_id is not None else self.model.generation_config.eos_token_id)
         ids, mask, pad = self._left_pad(prompts)
         width = ids.shape[1]
         sampler = [RequestSampler(request_seeds(seed, len(prompts)), temperature, top_p)] if temperature > 0 else []
@@ -350,7 +352,7 @@ class HFBackend:
                 temperature=None,
                 top_p=None,
                 top_k=None,
-                eos_token_id=eos,
+                eos_token_id=stops or None,
                 pad_token_id=pad,
                 return_dict_in_generate=True,
                 # transformers turns on its synced-GPU loop (an all_reduce every step) for an FSDP-managed model in
@@ -361,8 +363,9 @@ class HFBackend:
         results = []
         for row, budget in zip(out.sequences[:, width:].tolist(), budgets):
             row = row[:budget]
-            if eos is not None and eos in row:
-                row = row[: row.index(eos) + 1]
+            end = next((j for j, t in enumerate(row) if t in stops), None)
+            if end is not None:
+                row = row[: end + 1]
             results.append(row)
         cache = out.past_key_values if self._keep_kv else None
         # a sliding layer keeps its window only, a recurrent one its last state: such caches are not kept

@@ -47,6 +47,7 @@ from bsb.engine.backend import (
     check_generation_args,
     probe_prompts,
     request_seeds,
+    stop_ids,
     token_ids,
 )
 from bsb.engine.device import launched_by_torchrun
@@ -285,14 +286,15 @@ class VLLMBackend:
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | Sequence[int] = 0,
-        eos_token_id: int | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
     ) -> list[list[int]]:
         """Sample one continuation per prompt (request ``i`` seeded ``seed + i``, or ``seed[i]``; capped at
-        ``max_new_tokens``, or ``max_new_tokens[i]``); returns the new token ids (EOS included when generated)."""
+        ``max_new_tokens``, or ``max_new_tokens[i]``); returns the new token ids (the EOS, or whichever of several
+        ended the request, included when generated)."""
         from vllm import SamplingParams
 
         budgets = check_generation_args(prompts, max_new_tokens, temperature, top_p)
-        stop = [eos_token_id] if eos_token_id is not None else None
+        stop = stop_ids(eos_token_id) or None
         params = [
             SamplingParams(max_tokens=b, temperature=temperature, top_p=top_p, seed=s, stop_token_ids=stop)
             for s, b in zip(request_seeds(seed, len(prompts)), budgets)

@@ -45,6 +45,11 @@ class OfflineConfig(ProbeConfig, PromptConfig):
     )
     device: str = _f("auto", "auto (CUDA when present) | cpu | cuda | cuda:N")
     dtype: str = _f("auto", "auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32")
+    stop: tuple[str, ...] = _f(
+        (),
+        "texts that end a response as the EOS does, each one token of the tokenizer (a base model that writes on "
+        "past its answer after few-shot examples: --stop $'\\n\\n')",
+    )
     judge_url: str | None = _f(
         None,
         "an OpenAI-compatible endpoint for the llm_judge baseline (or 'local' with a checkpoint path as --judge-model)",
@@ -77,7 +82,7 @@ class Session:
     model: Any
     hf: Any  # the HF backend on the model (white-box reads, generation)
     newline: Any  # (V,) bool newline-token mask
-    eos: int | None
+    eos: int | tuple[int, ...] | None  # what ends a response: the tokenizer's EOS, and the --stop tokens when given
     problems: list = field(default_factory=list)
     prompts: list[list[int]] = field(default_factory=list)  # each problem rendered and encoded
     probe: ProbeConfig = field(default_factory=ProbeConfig)  # the command's probe options, checked against the model
@@ -142,13 +147,30 @@ def open_session(
         task = offline_task(cfg.task, cfg.task_options if task_options is None else task_options, cfg.problems)
     path = Path(path) if path is not None else resolve_model(cfg.model, task)
     tok = transformers.AutoTokenizer.from_pretrained(path)
+    eos = stop_tokens(tok, cfg.stop)
     model = load_for_inference(path, cfg.device, cfg.dtype)
     hf = HFBackend(model, tok)
     check_against_model(cfg, hf.vocab_size, model.config.num_hidden_layers)
     problems = task.sample(n_problems, seed)
     prompts = [cfg.encode(task, p, tok) for p in problems]
     newline = newline_token_mask(tok, hf.vocab_size)
-    return Session(task, path, tok, model, hf, newline, tok.eos_token_id, problems, prompts, cfg)
+    return Session(task, path, tok, model, hf, newline, eos, problems, prompts, cfg)
+
+
+def stop_tokens(tok, stop) -> int | tuple[int, ...] | None:
+    """The tokenizer's EOS, or it and the token of each ``stop`` text (one ``ValueError`` for a text that is not one
+    token: a stop must be a token the model writes, or it would never end a response)."""
+    if not stop:
+        return tok.eos_token_id
+    ids = []
+    for text in stop:
+        got = tok.encode(text, add_special_tokens=False)
+        if len(got) != 1:
+            raise ValueError(
+                f"--stop {text!r} is {len(got)} tokens for this tokenizer ({got}); each stop text must be one token"
+            )
+        ids.append(got[0])
+    return tuple(dict.fromkeys(([tok.eos_token_id] if tok.eos_token_id is not None else []) + ids))
 
 
 def jsonable(value):

@@ -77,7 +77,7 @@ def mc_values(
     n_mc: int,
     grade: Callable[[list[int]], tuple[bool, str]],
     max_response: int,
-    eos_id: int | None,
+    eos_id: int | Sequence[int] | None,
     temperature: float = 0.7,
     top_p: float = 1.0,
     seed: int = 0,

@@ -196,6 +196,18 @@ def test_generate_is_seeded_and_stops_at_eos(backend):
         backend.generate([[]], max_new_tokens=3)
 
 
+def test_generate_stops_at_the_first_of_several_stop_ids(backend):
+    """eos_token_id as several ids (--stop): each row ends at the first of them it draws, which it keeps; what it
+    draws before is what it draws without the extra stop (the per-request sampler)."""
+    prompts = [[5, 6, 7], [8, 9]]
+    free = backend.generate(prompts, max_new_tokens=12, temperature=1.0, seed=3, eos_token_id=1)
+    assert len(free[0]) >= 4, "the scripted draw needs a longer first row"
+    extra = free[0][2]
+    stopped = backend.generate(prompts, max_new_tokens=12, temperature=1.0, seed=3, eos_token_id=[1, extra])
+    cut = [r[: next((j for j, t in enumerate(r) if t in (1, extra)), len(r) - 1) + 1] for r in free]
+    assert stopped == cut and len(stopped[0]) <= 3
+
+
 @pytest.mark.parametrize("chunk", [1, 7, 40, 256])
 def test_token_stats_chunks_agree_with_full_logits(backend, chunk):
     ch = chain(10)

@@ -161,3 +161,19 @@ def test_each_request_decodes_to_its_own_budget(engine):
     assert capped == [a[:b] for a, b in zip(alone, [2, 9, 5])]
     with pytest.raises(ValueError, match="2 max_new_tokens for 3 requests"):
         engine.generate(prompts, max_new_tokens=[2, 9], seed=6)
+
+
+def test_several_stop_ids_end_a_request_at_the_first_one_drawn(engine):
+    """eos_token_id as several ids (--stop): a request ends at whichever comes first and keeps it; before it, the
+    same draws as without the extra stop."""
+    prompts = [[5, 6, 7], [8, 9, 10, 11]]
+    free = engine.generate(prompts, max_new_tokens=12, seed=4, temperature=1.0, eos_token_id=1)
+    assert len(free[0]) >= 3, "the seeded draw needs a longer first row"
+    extra = free[0][len(free[0]) // 2 - 1]  # a token the first request draws before its end
+    stopped = engine.generate(prompts, max_new_tokens=12, seed=4, temperature=1.0, eos_token_id=[1, extra])
+    assert stopped == [_cut_at(r, {1, extra}) for r in free] and len(stopped[0]) < len(free[0])
+
+
+def _cut_at(row, stops):
+    end = next((j for j, t in enumerate(row) if t in stops), None)
+    return row if end is None else row[: end + 1]

@@ -51,3 +51,25 @@ def test_the_session_reads_with_the_commands_own_probe_options():
     assert (scfg.top_k, scfg.read_len, scfg.seed) == (5, 3, 2)
     assert session.selector_config(ProbeConfig(top_k=7)).top_k == 7  # an explicit probe still wins
     assert evaluate.EvaluateConfig(margin_window=[2, 30]).window == (2, 30)
+
+
+class _Pieces:
+    """A tokenizer whose '\\n\\n' is one token (as Gemma's is) and whose 'Q:' is two."""
+
+    eos_token_id = 1
+
+    def encode(self, text, add_special_tokens=False):
+        return {"\n\n": [108], "\n": [107], "Q:": [50, 51]}[text]
+
+
+def test_stop_texts_join_the_eos_and_each_must_be_one_token():
+    from bsb.eval.session import stop_tokens
+
+    tok = _Pieces()
+    assert stop_tokens(tok, ()) == 1  # no --stop: the EOS alone, as before
+    assert stop_tokens(tok, ("\n\n",)) == (1, 108)
+    assert stop_tokens(tok, ("\n\n", "\n", "\n\n")) == (1, 108, 107)  # once each
+    with pytest.raises(ValueError, match=r"--stop 'Q:' is 2 tokens for this tokenizer \(\[50, 51\]\)"):
+        stop_tokens(tok, ("Q:",))
+    parser, args = _parse(validate, ["--stop", "\n\n", "\n"])
+    assert from_args(validate.ValidateConfig, args, parser).stop == ("\n\n", "\n")

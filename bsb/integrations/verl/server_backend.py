@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import torch
 
-from bsb.engine.backend import Capabilities, check_generation_args, request_seeds, token_ids
+from bsb.engine.backend import Capabilities, check_generation_args, request_seeds, stop_ids, token_ids
 
 # generate(prompt_ids, sampling_params) -> (response token ids, their log-probs or None)
 Generate = Callable[[list[int], dict], Awaitable[tuple[list[int], list[float] | None]]]
@@ -63,7 +63,7 @@ class ServerBackend:
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | Sequence[int] = 0,
-        eos_token_id: int | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
     ) -> list[list[int]]:
         budgets = check_generation_args(prompts, max_new_tokens, temperature, top_p)
         prompts = [[int(x) for x in p] for p in prompts]
@@ -73,7 +73,7 @@ class ServerBackend:
         def params(i: int) -> dict:
             p = dict(self.sampling, max_tokens=budgets[i], temperature=temperature, top_p=top_p, seed=seeds[i])
             if eos_token_id is not None:
-                p["stop_token_ids"] = [int(eos_token_id)]
+                p["stop_token_ids"] = stop_ids(eos_token_id)
             return p
 
         async def run():
