@@ -9,6 +9,13 @@ from pathlib import Path
 
 from bsb.safe_io import new_file
 
+
+def _title(ax, text: str, size: int) -> None:
+    """The axes' title, wrapped to the figure's width (a long run title would run past the edge)."""
+    import textwrap
+
+    ax.set_title(textwrap.fill(text, max(20, int(ax.figure.get_figwidth() * 90 / size))), fontsize=size)
+
 MARKERS = "v^<>sPXD*ph"
 
 
@@ -86,7 +93,7 @@ def case_plot(
         )
     if chain_len is not None:
         ax.set_xlim(0, chain_len)
-    ax.set_title(title, fontsize=10)
+    _title(ax, title, 10)
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.2, 1, 1))
     return _save(plt, fig, path)
@@ -118,7 +125,7 @@ def bar_chart(
         ax.axhline(floor, color="black", ls="--", label="oracle floor")
         ax.legend()
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
+    _title(ax, title, 10)
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
     fig.tight_layout()
     return _save(plt, fig, path)
@@ -141,7 +148,7 @@ def lag_plot(path: str | Path, profiles: Mapping[str, dict], *, title: str = "")
     ax.set_xticks(sorted(next(iter(profiles.values()))["lags"]) if profiles else [])
     ax.set_xlabel("lag (boundaries): score at j + lag against |V*(t_{j+1}) − V*(t_j)|")
     ax.set_ylabel("pooled correlation")
-    ax.set_title(title, fontsize=10)
+    _title(ax, title, 10)
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     return _save(plt, fig, path)
@@ -167,7 +174,7 @@ def sweep_curves(
         ax.plot(*best[name], "*", ms=14, color=line.get_color(), markeredgecolor="black")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
+    _title(ax, title, 9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return _save(plt, fig, path)
