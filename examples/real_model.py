@@ -100,7 +100,7 @@ class Spec:
 
 SPECS = {
     "smollm2": Spec("smollm2", "pypi:smollm2-135m", smollm2_transcript, repeat=22),
-    "gemma3": Spec("gemma3", "pypi:gemma3-270m", gemma3_transcript, repeat=22, stop=("\n\n",)),
+    "gemma3": Spec("gemma3", "pypi:gemma3-270m", gemma3_transcript, repeat=4, stop=("\n\n",)),
 }
 VALIDATE = SPECS["smollm2"].validate()  # the recorded SmolLM2 run (the slow test reruns a slice of it)
 
