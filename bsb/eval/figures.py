@@ -16,6 +16,7 @@ def _title(ax, text: str, size: int) -> None:
 
     ax.set_title(textwrap.fill(text, max(20, int(ax.figure.get_figwidth() * 90 / size))), fontsize=size)
 
+
 MARKERS = "v^<>sPXD*ph"
 
 

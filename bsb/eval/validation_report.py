@@ -67,8 +67,11 @@ def markdown(s: Summary, title_text: str, contrast: dict, lags: dict) -> str:
     lines = [f"# {title_text}", "", *table.markdown(COLUMNS, rows)]
     lines.append(f"| oracle floor (DP) | {num(s.floor)} | | | 0 | | |")
     if any(v is not None for v in s.vs_midpoint.values()):
-        lines += ["", f"vs Midpoint: E − Midpoint's E paired by chain; 95% bootstrap over the {s.problems} problems "
-                  "(a problem's chains resampled together); below 0 is better than Midpoint."]
+        lines += [
+            "",
+            f"vs Midpoint: E − Midpoint's E paired by chain; 95% bootstrap over the {s.problems} problems "
+            "(a problem's chains resampled together); below 0 is better than Midpoint.",
+        ]
     tercile = ", ".join(f"{k} {v:.3f}" for k, v in contrast.get("disagreement_by_js_tercile", {}).items())
     lines += [
         "",

@@ -21,6 +21,7 @@ SLICE = 3
 def _script():
     spec = importlib.util.spec_from_file_location("bsb_real_model_example", ROOT / "examples" / "real_model.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
     spec.loader.exec_module(module)
     return module
 
