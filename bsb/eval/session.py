@@ -110,13 +110,18 @@ class Session:
         token; the belief counts each way to close it (:func:`bsb.eval.value_curve.answer_belief`)."""
         if not ids:
             return []
-        vocab = self.__dict__.get("_vocab")
-        if vocab is None:  # the vocabulary's pieces, read once a session (262k of them for Gemma)
-            vocab = self.__dict__["_vocab"] = self.tok.convert_ids_to_tokens(list(range(len(self.tok))))
-        last = vocab[ids[-1]] if ids[-1] < len(vocab) else None
-        if not last:
-            return [ids[-1]]
-        return [i for i, piece in enumerate(vocab) if piece is not None and piece.startswith(last)]
+        found = self.__dict__.setdefault("_closers", {})  # by last token: a set repeats its gold answers
+        if ids[-1] not in found:
+            vocab = self.__dict__.get("_vocab")
+            if vocab is None:  # the vocabulary's pieces, read once a session (262k of them for Gemma)
+                vocab = self.__dict__["_vocab"] = self.tok.convert_ids_to_tokens(list(range(len(self.tok))))
+            last = vocab[ids[-1]] if ids[-1] < len(vocab) else None
+            found[ids[-1]] = (
+                [i for i, piece in enumerate(vocab) if piece is not None and piece.startswith(last)]
+                if last
+                else [ids[-1]]
+            )
+        return list(found[ids[-1]])
 
 
 def open_session(
