@@ -1,7 +1,10 @@
 """Plain-torch reference implementations: the specification of every number bsb computes.
 
-Every op computes in float32 whatever the input dtype, and validates its input with :mod:`bsb.kernels.checks`.
-The fused implementations (C++, Triton) are tested against these functions, and benchmarks compare with them.
+Every op validates its input with :mod:`bsb.kernels.checks`, computes in float32 whatever the input dtype (float64
+for float64 input) and returns float32. The float64 path is the exact value: the fused implementations (C++, Triton)
+are tested against the reference run on float64 copies of their inputs, because a float32 sum over a wide row is not
+one number (over a 262,144-token row torch's own float32 entropy moves by 2.5e-4 nats between its AVX2 and AVX-512
+kernels). Benchmarks compare with the float32 path, the one that serves when no fast path is built.
 Equation numbers refer to "Fork Where the Model Changes Its Mind: Belief-Shift Branching for Tree-Structured RL".
 
 Conventions shared by all implementations:
@@ -45,6 +48,11 @@ __all__ = [
 _NEG_INF = float("-inf")
 
 
+def _acc(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in the accumulation dtype: float64 stays float64 (the exact spec), everything else is float32."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
 def topk_logprobs(logits: torch.Tensor, k: int = 20) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k log-probabilities of a full-vocabulary softmax.
 
@@ -59,10 +67,12 @@ def topk_logprobs(logits: torch.Tensor, k: int = 20) -> tuple[torch.Tensor, torc
     """
     check_logits("logits", logits)
     check_k(k, logits.shape[-1])
-    logp = torch.log_softmax(logits.float(), dim=-1)  # (..., V)
-    # A stable descending sort keeps equal values in index order: the tie rule every implementation follows.
-    vals, idx = torch.sort(logp, dim=-1, descending=True, stable=True)
-    return vals[..., :k].contiguous(), idx[..., :k].contiguous()
+    x = _acc(logits)
+    # The ranking is the logits' own (exact in any dtype; a log-softmax can round two close logits to one value). A
+    # stable descending sort keeps equal values in index order: the tie rule every implementation follows.
+    idx = torch.sort(x, dim=-1, descending=True, stable=True).indices[..., :k]  # (..., k)
+    logp = torch.log_softmax(x, dim=-1).gather(-1, idx)
+    return logp.float().contiguous(), idx.contiguous()
 
 
 def floored_js(logp_a: torch.Tensor, idx_a: torch.Tensor, logp_b: torch.Tensor, idx_b: torch.Tensor) -> torch.Tensor:
@@ -81,8 +91,8 @@ def floored_js(logp_a: torch.Tensor, idx_a: torch.Tensor, logp_b: torch.Tensor, 
     """
     check_topk_pair(logp_a, idx_a, logp_b, idx_b)
     lead = logp_a.shape[:-1]
-    la = logp_a.float().reshape(-1, logp_a.shape[-1])  # (R, ka)
-    lb = logp_b.float().reshape(-1, logp_b.shape[-1])  # (R, kb)
+    la = _acc(logp_a).reshape(-1, logp_a.shape[-1])  # (R, ka)
+    lb = _acc(logp_b).reshape(-1, logp_b.shape[-1])  # (R, kb)
     ia = idx_a.to(torch.int64).reshape(la.shape)
     ib = idx_b.to(torch.int64).reshape(lb.shape)
     va, vb = la > _NEG_INF, lb > _NEG_INF
@@ -91,7 +101,7 @@ def floored_js(logp_a: torch.Tensor, idx_a: torch.Tensor, logp_b: torch.Tensor, 
     # support probabilities (which set the floor) from underflowing in float32.
     pa = torch.exp(la - la.max(-1, keepdim=True).values)  # (R, ka); 0 off the support
     pb = torch.exp(lb - lb.max(-1, keepdim=True).values)
-    inf = torch.tensor(float("inf"))
+    inf = torch.tensor(float("inf"), dtype=pa.dtype)
     floor_a = 0.5 * torch.where(va, pa, inf).min(-1, keepdim=True).values  # (R, 1)
     floor_b = 0.5 * torch.where(vb, pb, inf).min(-1, keepdim=True).values
 
@@ -111,7 +121,7 @@ def floored_js(logp_a: torch.Tensor, idx_a: torch.Tensor, logp_b: torch.Tensor, 
     m = torch.where(m > 0, m, torch.ones_like(m))  # off S both sides are 0 and contribute 0·log 0 = 0
     js = 0.5 * (torch.xlogy(qa, qa / m) + torch.xlogy(qb, qb / m)).sum(-1)  # (R,)
     # JS is in [0, ln 2] exactly; clamping removes float rounding only (~1e-7).
-    return js.clamp(0.0, math.log(2.0)).reshape(lead)
+    return js.clamp(0.0, math.log(2.0)).float().reshape(lead)
 
 
 def _chain_pairs(chain_index: torch.Tensor, n: int) -> torch.Tensor:
@@ -204,12 +214,14 @@ def lens_logprobs(
         (layers, P) float32.
     """
     check_lens_inputs(hidden, norm_weight, unembed, targets, eps, norm, norm_bias)
-    bias = None if norm_bias is None else norm_bias.float()
-    x = apply_final_norm(hidden.float(), norm_weight.float(), eps, norm, bias)
-    logits = x @ unembed.float().T  # (layers, P, V)
+    wide = torch.float64 if torch.float64 in (hidden.dtype, norm_weight.dtype, unembed.dtype) else torch.float32
+    bias = None if norm_bias is None else norm_bias.to(wide)
+    x = apply_final_norm(hidden.to(wide), norm_weight.to(wide), eps, norm, bias)
+    logits = x @ unembed.to(wide).T  # (layers, P, V)
     logp = torch.log_softmax(logits, dim=-1)
     tgt = targets.to(torch.int64)[None, :, None].expand(logp.shape[0], -1, 1)  # (layers, P, 1)
-    return raise_if_lens_nonfinite(logp.gather(-1, tgt)[..., 0], hidden, norm_weight, unembed, norm_bias)
+    out = logp.gather(-1, tgt)[..., 0].float()
+    return raise_if_lens_nonfinite(out, hidden, norm_weight, unembed, norm_bias)
 
 
 def apply_final_norm(
@@ -274,10 +286,10 @@ def surprisal_entropy(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[torch
     """
     check_logits("logits", logits)
     check_tokens(tokens, logits.shape[:-1], logits.shape[-1])
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    logp = torch.log_softmax(_acc(logits), dim=-1)
     surprisal = -logp.gather(-1, tokens.to(torch.int64)[..., None])[..., 0]
     entropy = torch.special.entr(logp.exp()).sum(-1)  # entr(0) = 0 for masked tokens
-    return surprisal, entropy
+    return surprisal.float(), entropy.float()
 
 
 def logit_margin(logits: torch.Tensor) -> torch.Tensor:
@@ -291,8 +303,8 @@ def logit_margin(logits: torch.Tensor) -> torch.Tensor:
     check_logits("logits", logits)
     if logits.shape[-1] < 2:
         raise ValueError(f"logits needs a vocabulary of at least 2 for a margin, got V={logits.shape[-1]}")
-    top2 = logits.float().topk(2, dim=-1).values  # (..., 2)
-    return top2[..., 0] - top2[..., 1]
+    top2 = _acc(logits).topk(2, dim=-1).values  # (..., 2)
+    return (top2[..., 0] - top2[..., 1]).float()
 
 
 def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -304,5 +316,5 @@ def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: t
     Returns:
         (N,) float32, differentiable.
     """
-    logits = hidden.float() @ weight.float().T  # (N, V)
-    return torch.log_softmax(logits, -1).gather(-1, targets.long()[:, None])[:, 0]
+    logits = _acc(hidden) @ _acc(weight).T  # (N, V)
+    return torch.log_softmax(logits, -1).gather(-1, targets.long()[:, None])[:, 0].float()
