@@ -77,6 +77,18 @@ def updated(model, cfg, world, rows_of=rows):
     return info
 
 
+def grad_diff(together, alone) -> dict:
+    """The last mini-batch's gradients, gathered (a collective: every rank calls it), against one process's, and the
+    largest gradient entry they are relative to."""
+    diff = top = 0.0
+    for p, q in zip(together.parameters(), alone.parameters(), strict=True):
+        if q.grad is None:
+            continue
+        g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+        diff, top = max(diff, float((g - q.grad).abs().max())), max(top, float(q.grad.abs().max()))
+    return {"grad_diff": diff, "grad_max": top}
+
+
 def placed(plain, out: Path, world) -> dict:
     """The sharded policy place_policy builds from a checkpoint of ``plain``, against from_pretrained's."""
     path = out / "checkpoint"
@@ -109,7 +121,7 @@ def placed(plain, out: Path, world) -> dict:
         "meta": [k for k, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"],
         "eos": model.generation_config.eos_token_id,
         "training": model.training,
-        "logits_diff": float((logits - want(ids).logits).abs().max()),
+        "logits_diff": float((logits - want(ids).logits).abs().max().detach()),
     }
 
 
@@ -153,6 +165,7 @@ def main(out: str) -> None:
         want = alone.state_dict()
         report[name] = {
             "max_diff": max(float((full[k] - want[k]).abs().max()) for k in full) if full else None,  # rank 0 only
+            **grad_diff(together, alone),
             "loss": [info["loss"], info_alone["loss"]],
             "grad_norm": [info["grad_norm"], info_alone["grad_norm"]],
             "clip_frac": [info["clip_frac"], info_alone["clip_frac"]],

@@ -139,8 +139,16 @@ def test_uneven_work_across_ranks_issues_matching_collectives(tmp_path):
         assert report["buffers"] and max(report["buffers"].values()) == 0  # the rotary frequencies, broadcast
         assert report["logits_diff"] < 1e-5
     assert r0["placed"]["max_diff"] == 0
+    # Flat rows are packed alike on one rank and on two: gradients and weights after the update are equal (0.0
+    # measured with AVX2 and AVX-512 kernels). Tree-packed, each rank packs its own fork groups, so every matmul and attention
+    # softmax sums over other shapes: the gradients differ by float32 reduction order, relative to the largest entry
+    # 3.3e-6 with AVX2 kernels and 6e-7 with AVX-512 ones (bound 2e-5). AdamW then divides each entry by its own
+    # magnitude, so an entry 100x below the largest moves 100x more than the relative difference: after its two steps at
+    # lr 1e-2 the weights differ by 2.2e-5 (AVX2) and 3.9e-6 (AVX-512); bound 1e-4, 1% of one AdamW step (about lr).
     for check in ("update", "unit_question", "tree_update", "tree_unit_question"):
-        assert r0[check]["max_diff"] <= 1e-5
+        tree = check.startswith("tree")
+        assert r0[check]["max_diff"] <= (1e-4 if tree else 1e-5), check
+        assert r0[check]["grad_diff"] <= 2e-5 * r0[check]["grad_max"], check
         for key in ("loss", "grad_norm", "clip_frac"):
             together, alone = r0[check][key]
             assert together == pytest.approx(alone, rel=1e-5, abs=1e-7), (check, key)
