@@ -62,12 +62,19 @@ $(VERL_STAMP): pyproject.toml setup.py
 demo: install
 	$(BIN)/bsb demo $(ARGS)
 
+# Two pytest-xdist workers (one core each) for everything but the tests marked serial (real checkpoints, torchrun,
+# the vLLM engine: tests/conftest.py marks them), which then run alone with both cores. Each run prints its slowest
+# tests; docs/DEVELOPMENT.md holds the time budget.
+XDIST := -n 2 --dist worksteal --durations=15
+
 test: install verl-env models
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
-	$(VERL_BIN)/python -m pytest tests/on_verl $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) -m "not serial" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m serial --durations=15 $(PYTEST_ARGS)
+	$(VERL_BIN)/python -m pytest tests/on_verl --durations=5 $(PYTEST_ARGS)
 
 test-fast: install verl-env
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) -m "not slow and not serial" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow and serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: none selected
 	$(VERL_BIN)/python -m pytest tests/on_verl -m "not slow" $(PYTEST_ARGS)
 
 bench: install

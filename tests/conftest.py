@@ -21,7 +21,13 @@ settings.register_profile(
     "bsb", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "bsb"))
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# `make test` runs most tests on two pytest-xdist workers, one core each (the subprocesses they start too), and the
+# tests marked `serial` alone afterwards with both cores (see pytest_collection_modifyitems).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+else:
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 # tests/on_verl run in verl's own environment (`make verl-env`; `make test` runs them there)
 collect_ignore = [] if importlib.util.find_spec("verl") else ["on_verl"]
@@ -35,7 +41,42 @@ def _seed():
     yield
 
 
+# Tests that cannot share the machine with a second worker: a real checkpoint in memory (Gemma-3-270M's update takes
+# 10-15 GB), torchrun's ranks, the vLLM engine (it binds the process's threads when it starts; one a process).
+SERIAL_MODULES = {"test_real_checkpoints", "test_real_training", "test_real_vllm", "test_real_validation",
+                  "test_distributed"}
+SERIAL_FIXTURES = {"engine", "openai_server"}
+
+
+def pytest_report_header(config):
+    """Where the suite ran: the CPU and the instruction sets the kernels picked (their float32 sums depend on it)."""
+    model, flags = "unknown", set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    except OSError:
+        pass
+    isa = [name for name in ("avx2", "avx512f", "avx512bw") if name in flags]
+    try:
+        import bsb._C as native
+
+        picked = native.isa()
+    except ImportError:
+        picked = "not built"
+    return [f"cpu: {model}, {os.cpu_count()} cores, flags {' '.join(isa) or 'no avx2'}; "
+            f"bsb C++ kernels: {picked}; torch kernels: {torch.backends.cpu.get_cpu_capability()}"]
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if (item.get_closest_marker("vllm") or item.module.__name__.rpartition(".")[2] in SERIAL_MODULES
+                or SERIAL_FIXTURES & set(getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.serial)
     # The in-process vLLM CPU engine binds the process's threads when it starts: run its tests last.
     items.sort(key=lambda item: item.get_closest_marker("vllm") is not None)
 

@@ -113,13 +113,7 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
         self.reward_cfg = RewardConfig(cfg.max_response_len, cfg.overlong_buffer, cfg.overlong_factor)
         check_against_model(cfg, self.hf.vocab_size, self.policy.config.num_hidden_layers)
-        self.selector = make_selector(cfg.selector, self.selector_config())
-        if "white_box" in self.selector.requires and not self.hf.capabilities.white_box:  # before an engine starts
-            raise BackendError(
-                f"selector={cfg.selector} reads hidden states, which bsb does not read on this model: "
-                f"{self.hf.plan.why}; train it with a selector that reads no hidden states: --set selector=probe_js "
-                "(or entropy, midpoint)"
-            )
+        self.selector = self._make_selector(cfg)  # before an engine starts
         self.step, self.active_steps = 0, 0
         if state is not None:
             self.step, self.active_steps = state["step"], state.get("active_steps", 0)
@@ -132,16 +126,44 @@ class Trainer:
         self.syncs, self.sync_ids = 0, check_ids(self.tok, self.hf.vocab_size)
         if self.separate_engine and (rollout_backend is not None or (state is not None and self.folder.sharded)):
             self._sync_engine()  # a shared engine may hold others
+        self._bind_selector()
+
+    # ---------------------------------------------------------------- setup
+    def selector_config(self) -> SelectorConfig:
+        return resolve(self.cfg, self.task, self.tok, seed=self.cfg.seed)
+
+    def _make_selector(self, cfg: TrainConfig):
+        selector = make_selector(cfg.selector, resolve(cfg, self.task, self.tok, seed=cfg.seed))
+        if "white_box" in selector.requires and not self.hf.capabilities.white_box:
+            raise BackendError(
+                f"selector={cfg.selector} reads hidden states, which bsb does not read on this model: "
+                f"{self.hf.plan.why}; train it with a selector that reads no hidden states: --set selector=probe_js "
+                "(or entropy, midpoint)"
+            )
+        return selector
+
+    def _bind_selector(self) -> None:
         # who reads for the selector, chosen and bound once (the policy keeps its KV when it generates and reads)
-        bind_reader(cfg.probe_reader, self.selector, self.backend, self.hf)
+        bind_reader(self.cfg.probe_reader, self.selector, self.backend, self.hf)
         # sharded: forwards of the policy itself (HF rollouts, white-box reads) run on its gathered weights
         self.rollout_on_policy = self.backend is self.hf or self.selector.reader is self.hf
         answers = answer_tokens(self.task, self.tok) if self.selector.needs_answer else None
         self.ctx = phases.RolloutContext(self.backend, self.selector, self.newline, self.eos, answers)
 
-    # ---------------------------------------------------------------- setup
-    def selector_config(self) -> SelectorConfig:
-        return resolve(self.cfg, self.task, self.tok, seed=self.cfg.seed)
+    def use_selector(self, name: str) -> None:
+        """Fork the next steps with selector ``name`` on the same policy, optimizer and rollout engine: selectors
+        compared on one model without loading it again. The engine keeps the context length it was started with, so a
+        selector whose probe needs more room than the first one's is refused (start a trainer for it instead)."""
+        cfg = replace(self.cfg, selector=name)  # the config's own checks
+        selector, before = self._make_selector(cfg), self.selector.config
+        room = lambda probe: len(probe.suffix) + probe.read_len  # noqa: E731
+        if self.backend is not self.hf and room(selector.config) > room(before):
+            raise ValueError(
+                f"selector={name} probes {room(selector.config)} tokens after a chain, more than the "
+                f"{room(before)} the rollout engine was started with; start a trainer with it"
+            )
+        self.cfg, self.selector = cfg, selector
+        self._bind_selector()
 
     def _make_backend(self, path: Path):
         from bsb.engine.rollout_engine import engine_max_len, make_rollout_backend, model_positions

@@ -6,38 +6,55 @@ import json
 from pathlib import Path
 
 import pytest
+import transformers
 from real_models import PROMPTING, REAL, problem_file, real_model
 
 from bsb.commands.demo import DemoConfig, run_demo
 from bsb.commands.validate import ValidateConfig, run_validate
+from bsb.tasks.registry import make_task
 from bsb.train.config import TrainConfig
 from bsb.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("selector", ["probe_js", "lens_shift", "entropy", "midpoint"])
+SELECTORS = ("probe_js", "lens_shift", "entropy", "midpoint")
+
+
+def _check_step(name: str, selector: str, step: dict) -> None:
+    assert step["forks"] == 4 and step["tokens_generated"] > 0, selector
+    assert step["update_tokens"] <= step["update_tokens_paths"], selector
+    leaves = sum(v for k, v in step.items() if k.startswith("verdict_"))
+    assert leaves == 2 * 2 * (1 + 1), selector  # every leaf of the step's trees got a verdict
+    print(f"{name} {selector}: " + json.dumps({k: step.get(k) for k in (
+        "time_step", "time_generate", "time_select", "time_update", "probe_frac", "probe_tokens", "probe_tokens_floor",
+        "fallbacks", "accuracy", "verdict_no_answer")}))
+
+
 @pytest.mark.parametrize("name", REAL)
-def test_a_step_of_training_on_the_real_checkpoint(name, selector, tmp_path, run_dir):
+def test_every_selector_trains_a_step_on_the_real_checkpoint(name, tmp_path, run_dir):
+    """One trainer a model: the first selector's run goes through validation, the checkpoint and the final export; each
+    other selector then forks a step of its own on the same policy and optimizer (``Trainer.use_selector``)."""
     problems = problem_file(tmp_path)
     cfg = TrainConfig(model=real_model(name), backend="hf", steps=1, prompts_per_step=2, gen_prompts=2, chains=2,
                       siblings=1, max_response_len=64, overlong_buffer=8, val_problems=1, val_samples=1, val_every=0,
-                      save_every=0, out_dir=str(run_dir), task="math", selector=selector, lr=1e-6,
+                      save_every=0, out_dir=str(run_dir), task="math", selector=SELECTORS[0], lr=1e-6,
                       dynamic_sampling=False,
                       task_options=dict(train_file=problems, val_file=problems), progress=False, **PROMPTING[name])
     trainer = Trainer(cfg)
     rows = trainer.run()
     assert trainer.cfg.update_packing == "tree"  # both families take the tree-packed update
-    step = rows[-1]
-    assert step["step"] == 1 and step["forks"] == 4 and step["tokens_generated"] > 0
-    assert step["update_tokens"] <= step["update_tokens_paths"]
-    leaves = sum(v for k, v in step.items() if k.startswith("verdict_"))
-    assert leaves == 2 * 2 * (1 + 1)  # every leaf of the step's trees got a verdict
-    print(f"{name} {selector}: " + json.dumps({k: step.get(k) for k in (
-        "time_step", "time_generate", "time_select", "time_update", "probe_frac", "probe_tokens", "probe_tokens_floor",
-        "fallbacks", "accuracy", "verdict_no_answer")}))
+    assert rows[-1]["step"] == 1
+    _check_step(name, SELECTORS[0], rows[-1])
     metrics = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert len(metrics) == len(rows)
+    assert (run_dir / "final" / "config.json").exists()
+    for step, selector in enumerate(SELECTORS[1:], start=2):
+        trainer.use_selector(selector)
+        m = trainer.train_step()
+        assert m["step"] == step and trainer.cfg.selector == selector
+        _check_step(name, selector, m)
+    trainer.close()
 
 
 def test_validate_and_demo_on_a_real_checkpoint_and_a_problem_file(tmp_path):
@@ -61,8 +78,6 @@ GEMMA_CHAT = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' i
 
 def _with_chat_template(model: str, folder) -> str:
     """The checkpoint at ``model`` with Gemma's chat template on its tokenizer (the base model ships none)."""
-    import transformers
-
     out = folder / "gemma-chat"
     out.mkdir()
     for f in Path(model).iterdir():
@@ -88,15 +103,16 @@ def test_a_base_models_prompt_has_one_bos_and_the_ids_of_train_in_every_offline_
                                                             "step by step.", system_prompt="Be brief.")
     if fmt == "chat":
         model = _with_chat_template(model, tmp_path)
-    cfg = TrainConfig(model=model, backend="hf", steps=1, task="math", out_dir=str(run_dir),
-                      task_options=dict(train_file=problems, val_file=problems), progress=False, **prompting)
-    trainer = Trainer(cfg)
-    bos = trainer.tok.bos_token_id
+    options = dict(train_file=problems, val_file=problems)
+    cfg = TrainConfig(model=model, backend="hf", steps=1, task="math", out_dir=str(run_dir), task_options=options,
+                      progress=False, **prompting)
+    tok, task = transformers.AutoTokenizer.from_pretrained(model), make_task("math", options)  # what Trainer builds
+    bos = tok.bos_token_id
     for cls in (ValidateConfig, EvaluateConfig, DemoConfig):
         session = open_session(cls(model=model, problems=problems, task="math", **prompting), 3, 0)
-        assert session.prompts == [trainer._encode(p) for p in session.problems], cls.__name__
+        assert session.prompts == [cfg.encode(task, p, tok) for p in session.problems], cls.__name__
         for ids in session.prompts:
             assert ids[0] == bos and ids.count(bos) == 1
-        text = trainer.tok.decode(session.prompts[0])
+        text = tok.decode(session.prompts[0])
         assert "Answer step by step." in text and (fmt == "plain") == ("<start_of_turn>" not in text)
         assert (fmt == "chat") == ("Be brief." in text)

@@ -1,6 +1,7 @@
 """The trainer end to end on the HF backend with a test-size synthetic-task model: metrics, dynamic sampling,
 homogeneous steps, exact resume, config errors."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -140,6 +141,24 @@ def test_resume_continues_exactly(model_dir, tmp_path):
 def test_variants_run(model_dir, tmp_path, kw):
     m = Trainer(config(model_dir, tmp_path, steps=1, val_every=0, **kw)).run()[-1]
     assert m["step"] == 1 and m["tokens_generated"] > 0
+
+
+def test_use_selector_swaps_the_fork_rule_on_the_same_policy_or_changes_nothing(model_dir, tmp_path):
+    tr = Trainer(config(model_dir, tmp_path, steps=1, val_every=0, dynamic_sampling=False))
+    policy, opt = tr.policy, tr.opt
+    tr.use_selector("entropy")
+    assert tr.cfg.selector == "entropy" and tr.selector.name == "entropy" and tr.ctx.selector is tr.selector
+    m = tr.train_step()
+    assert m["step"] == 1 and m["forks"] > 0 and tr.policy is policy and tr.opt is opt
+    before = (tr.cfg, tr.selector, tr.ctx)
+    with pytest.raises(ValueError, match="unknown selector"):
+        tr.use_selector("nope")
+    assert (tr.cfg, tr.selector, tr.ctx) == before  # a refused swap leaves the trainer as it was
+    tr.backend = object()  # a separate engine, as if started for a probe with no suffix: too short for probe_js's
+    tr.selector.config = dataclasses.replace(tr.selector.config, suffix=())
+    with pytest.raises(ValueError, match="rollout engine was started with"):
+        tr.use_selector("probe_js")
+    assert (tr.cfg, tr.selector, tr.ctx) == before
 
 
 def test_homogeneous_step_takes_the_zero_gradient_step(model_dir, tmp_path):
