@@ -47,24 +47,39 @@ from bsb.train.config import TrainConfig
 from bsb.train.trainer import Trainer
 
 if __name__ == "__main__":
-    tr = Trainer(TrainConfig(**json.loads(sys.argv[1])))
-    row = tr.run()[-1]
-    print(json.dumps({"row": row, "suffix": len(tr.selector.config.suffix), "reader": type(tr.selector.reader).__name__}))
+    engine, out = None, {}
+    for cfg in json.loads(sys.argv[1]):  # the longest read first: its engine has room for every later probe
+        tr = Trainer(TrainConfig(**cfg), rollout_backend=engine)
+        engine = engine or tr.backend
+        row = tr.run()[-1]
+        out[cfg["read_len"]] = {"row": row, "suffix": len(tr.selector.config.suffix),
+                                "reader": type(tr.selector.reader).__name__, "engine": id(tr.backend)}
+    print(json.dumps(out))
 """
+READ_LENS = (4, 2, 1)
+
+
+@pytest.fixture(scope="module")
+def engine_runs(tmp_path_factory):
+    """One process, one vLLM engine: a training step with Probe-JS reading through it at each read length."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'belief-shift-branching[cpu]')")
+    tmp = tmp_path_factory.mktemp("engine-floors")
+    cfgs = [dict(backend="vllm", probe_reader="engine", selector="probe_js", read_len=n,
+                 out_dir=str(tmp / f"run{n}"), **SMALL) for n in READ_LENS]
+    script = tmp / "run.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
+    proc = subprocess.run([sys.executable, str(script), json.dumps(cfgs)], capture_output=True, text=True, env=env,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len({run["engine"] for run in out.values()}) == 1  # every trainer read through the first one's engine
+    return {int(n): run for n, run in out.items()}
 
 
 @pytest.mark.vllm
 @pytest.mark.parametrize("read_len", [1, 2, 4])
-def test_probe_js_engine_reads_cost_at_least_their_floor(read_len, tmp_path):
-    pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'belief-shift-branching[cpu]')")
-    cfg = dict(backend="vllm", probe_reader="engine", selector="probe_js", read_len=read_len,
-               out_dir=str(tmp_path / "run"), **SMALL)
-    script = tmp_path / "run.py"
-    script.write_text(SCRIPT)
-    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
-    proc = subprocess.run([sys.executable, str(script), json.dumps(cfg)], capture_output=True, text=True, env=env,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+def test_probe_js_engine_reads_cost_at_least_their_floor(read_len, engine_runs):
+    out = engine_runs[read_len]
     assert out["reader"] == "VLLMBackend" and out["row"]["probe_read_path"].startswith("engine prefix cache")
     check(out["row"], "probe_js", read_len, out["suffix"])
