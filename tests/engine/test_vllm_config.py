@@ -68,3 +68,14 @@ def test_the_vllm_backend_conforms_and_each_engine_records_its_device(fake):
     assert capabilities(cpu).on_cpu and not capabilities(gpu).on_cpu and not capabilities(VLLMBackend).on_cpu
     with pytest.raises(TypeError, match=r"pass state_dict\(\)\.items\(\)"):  # one accepted type: (name, tensor) pairs
         cpu.load_weights({"w": torch.zeros(1)})
+
+
+@pytest.mark.parametrize("env,given,want", [("1", None, True), ("1", False, False), ("0", None, None), (None, None, None)])
+def test_bsb_vllm_eager_starts_the_engine_uncompiled_unless_told_otherwise(fake, monkeypatch, env, given, want):
+    if env is None:
+        monkeypatch.delenv("BSB_VLLM_EAGER", raising=False)
+    else:
+        monkeypatch.setenv("BSB_VLLM_EAGER", env)
+    extra = {} if given is None else {"enforce_eager": given}
+    kw = VLLMBackend("m", dtype="float32", max_model_len=1024, device="cpu", **extra).llm.kwargs
+    assert kw.get("enforce_eager") is want  # None: vLLM's own default (it compiles)
