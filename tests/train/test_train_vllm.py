@@ -1,12 +1,8 @@
 """Training with vLLM rollouts on the CPU, in a fresh process (its own in-process engine): after the run, the engine
 generates what the trainer's updated policy generates, and no longer what the starting weights did."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+from script_run import run_script
 
 pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'belief-shift-branching[cpu]')")
 
@@ -46,12 +42,7 @@ def runs(tmp_path_factory):
                  max_response_len=48, val_problems=16, task="arith", task_options={"ops": [1], "max_operand": 3},
                  dynamic_sampling=False, out_dir=str(tmp / f"run-{reader}"), progress=False, lr=3e-2, val_every=0,
                  probe_reader=reader) for reader in READERS]
-    script = tmp / "run_training.py"
-    script.write_text(SCRIPT)
-    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
-    proc = subprocess.run([sys.executable, str(script), json.dumps(cfgs)], capture_output=True, text=True, env=env, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_script(SCRIPT, cfgs, tmp)
 
 
 @pytest.mark.parametrize("reader", list(READERS))
