@@ -5,6 +5,7 @@ import asyncio
 
 import pytest
 import torch
+from tiny_models import tiny_config
 
 from bsb.engine import backend as B
 from bsb.engine.hf_backend import HFBackend
@@ -16,10 +17,8 @@ transformers = pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def hf():
-    cfg = transformers.Qwen3Config(vocab_size=61, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
-                                   num_key_value_heads=1, head_dim=32, max_position_embeddings=256, eos_token_id=1, pad_token_id=0)
     torch.manual_seed(0)
-    return HFBackend(transformers.AutoModelForCausalLM.from_config(cfg))
+    return HFBackend(transformers.AutoModelForCausalLM.from_config(tiny_config("s", eos_token_id=1, pad_token_id=0)))
 
 
 def test_the_hf_backend_conforms_to_every_protocol_it_declares(hf):

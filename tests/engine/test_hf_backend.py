@@ -8,27 +8,14 @@ import contextlib
 
 import pytest
 import torch
-import transformers
+from tiny_models import tiny_model
 
 from bsb.engine.device import compute_device
 from bsb.engine.hf_backend import HFBackend, RequestSampler, noise_dtype
 
 
 def tiny():
-    torch.manual_seed(0)
-    cfg = transformers.Qwen3Config(
-        vocab_size=40,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=128,
-        eos_token_id=1,
-        pad_token_id=0,
-    )
-    return transformers.Qwen3ForCausalLM(cfg).eval()
+    return tiny_model("xs", eos_token_id=1, pad_token_id=0)
 
 
 @contextlib.contextmanager

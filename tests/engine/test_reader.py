@@ -3,6 +3,7 @@ the engine layer when one backend both generates and reads."""
 
 import pytest
 import torch
+from tiny_models import tiny_config
 
 from bsb.engine.backend import Capabilities
 from bsb.engine.hf_backend import HFBackend
@@ -112,8 +113,7 @@ def test_the_engine_layer_decides_whether_the_reader_keeps_its_kv(probe_reader, 
 
 
 def test_an_hf_policy_that_generates_keeps_its_kv_and_the_selection_counts_the_cached_tokens():
-    cfg = transformers.Qwen3Config(vocab_size=61, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
-                                   num_key_value_heads=1, head_dim=32, max_position_embeddings=256, eos_token_id=1, pad_token_id=0)
+    cfg = tiny_config("s", eos_token_id=1, pad_token_id=0)
     torch.manual_seed(0)
     hf = HFBackend(transformers.AutoModelForCausalLM.from_config(cfg))
     assert not hf.keep_kv

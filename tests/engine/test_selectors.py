@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from tiny_models import tiny_config
 
 import bsb.kernels
 from bsb.engine import selectors as S
@@ -19,8 +20,7 @@ V, NL = 61, 7  # token 7 is a newline token
 
 @pytest.fixture(scope="module")
 def backend():
-    cfg = transformers.Qwen3Config(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=2,
-                                   num_key_value_heads=1, head_dim=32, max_position_embeddings=512, eos_token_id=1, pad_token_id=0)
+    cfg = tiny_config("s", vocab_size=V, num_hidden_layers=3, max_position_embeddings=512, eos_token_id=1, pad_token_id=0)
     torch.manual_seed(0)
     return HFBackend(transformers.AutoModelForCausalLM.from_config(cfg))
 

@@ -4,6 +4,7 @@ finished completions."""
 import json
 
 import pytest
+from tiny_models import tiny_config
 
 from bsb.eval.value_curve import CompletionStore, mc_values
 
@@ -75,10 +76,7 @@ def test_the_belief_counts_every_token_that_closes_the_answer():
     from bsb.eval.value_curve import answer_belief
 
     torch.manual_seed(0)
-    cfg = transformers.Qwen3Config(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                                   max_position_embeddings=128, eos_token_id=1, pad_token_id=0)  # fmt: skip
-    hf = HFBackend(transformers.Qwen3ForCausalLM(cfg).eval())
+    hf = HFBackend(transformers.Qwen3ForCausalLM(tiny_config("xs", eos_token_id=1, pad_token_id=0)).eval())
     args = ([3, 4, 5], [6, 7, 8, 9, 10], [1, 3, 5], [11, 12])
     answer, closers = [13, 14], [14, 15, 16]
     both = answer_belief(hf, *args, answer, closers)

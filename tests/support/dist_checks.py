@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from tiny_models import tiny_model
 
 from bsb.engine.hf_backend import HFBackend
 from bsb.train.config import TrainConfig
@@ -31,19 +32,7 @@ from bsb.train.update import Row, update_policy
 
 
 def tiny():
-    torch.manual_seed(0)
-    cfg = transformers.Qwen3Config(
-        vocab_size=40,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=128,
-        tie_word_embeddings=True,
-    )
-    return transformers.Qwen3ForCausalLM(cfg).eval()
+    return tiny_model("xs", num_hidden_layers=2, tie_word_embeddings=True)
 
 
 def rows():

@@ -16,6 +16,7 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
+from tiny_models import tiny_config
 
 from bsb.train.config import TrainConfig
 from bsb.train.distributed import World, check_launch, collective_failure, init_world
@@ -351,9 +352,7 @@ def test_the_update_puts_its_log_probs_where_the_forward_runs_not_where_offloade
     asked = []
     real = loss.compute_device
     monkeypatch.setattr(loss, "compute_device", lambda model: asked.append(model) or real(model))
-    cfg = transformers.Qwen3Config(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=1, head_dim=16)
-    model = transformers.Qwen3ForCausalLM(cfg)
+    model = transformers.Qwen3ForCausalLM(tiny_config("xs", max_position_embeddings=32768))
     logp, mask = loss.response_logprobs(model, [[1, 2], [3]], [[4, 5, 6], [7]], pad_id=0)
     assert asked == [model] and logp.shape == mask.shape == (2, 3)
 
@@ -368,8 +367,6 @@ def test_the_engine_sync_gathers_each_weight_on_the_compute_device(monkeypatch):
     gathered = []
     monkeypatch.setattr(sharding, "compute_device", lambda model: torch.device("meta"))
     monkeypatch.setattr(sharding, "whole", lambda t: gathered.append(t.device) or t)
-    cfg = transformers.Qwen3Config(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                   num_attention_heads=2, num_key_value_heads=1, head_dim=16)
-    model = transformers.Qwen3ForCausalLM(cfg)
+    model = transformers.Qwen3ForCausalLM(tiny_config("xs", max_position_embeddings=32768))
     names = [name for name, _ in sharding.engine_weights(model, torch.bfloat16)]
     assert names == list(model.state_dict()) and gathered == [torch.device("meta")] * len(names)
