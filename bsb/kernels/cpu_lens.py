@@ -9,8 +9,8 @@ layers (|logits| up to 400 over a 262k-token head), and both the target logit an
 amount that depends on the CPU's BLAS kernels. The terms that matter are few where the logits are large: the target,
 and the largest logits, which dominate the sum. So the target logit and each chunk's largest logit (found by the max
 the online logsumexp computes anyway) are recomputed in float64 from the float64 norm output, and their float32 terms
-in the sum are replaced: 1e-5 nats from float64 on that model where the plain float32 path is 1e-4, for about 5% more
-time.
+in the sum are replaced: 1e-5 nats from float64 on that model where the plain float32 path is 1e-4, at no measured
+cost (2.97 s against 3.05 s for 816 rows of Gemma's head on the 2-core VM).
 """
 
 from __future__ import annotations
