@@ -10,8 +10,9 @@ LAYER = {"registry": 0, "fields": 0, "floors": 0, "safe_io": 0, "run_files": 0, 
          "integrations": 3, "commands": 3, "cli": 4}
 PEERS = {("tasks", "registry"), ("tasks", "fields"), ("kernels", "_C"), ("kernels", "floors"), ("run_files", "safe_io"), ("embedded", "engine")}
 # bsb.tasks inside: the protocol and answer text, then prompts and problem files, then the domains (arith is graded
-# like math; the code task's default problems are the synthetic recipes), then the name registry
-TASK_LAYER = {"base": 0, "answers": 0, "prompting": 1, "data": 1, "math": 2, "synthetic": 3, "code": 4, "registry": 5}
+# like math, and so is reasoning_gym; the code task's default problems are the synthetic recipes), then the name registry
+TASK_LAYER = {"base": 0, "answers": 0, "prompting": 1, "data": 1, "math": 2, "synthetic": 3, "reasoning_gym": 3, "code": 4,
+              "registry": 5}
 
 
 def _imports(path: Path):

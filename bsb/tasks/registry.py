@@ -1,5 +1,5 @@
-"""Tasks by name: ``walk`` (the embedded default), ``math``, ``arith``, ``code``, or ``package.module:ClassName`` for
-a task of your own.
+"""Tasks by name: ``walk`` (the embedded default), ``math``, ``arith``, ``code``, ``reasoning_gym``, or
+``package.module:ClassName`` for a task of your own.
 
 :func:`make_task` builds and checks a task before any model is loaded: an unknown name, a module that does not
 import, a class that does not satisfy the :class:`~bsb.tasks.base.Task` protocol, or an option the task does not
@@ -15,6 +15,7 @@ from bsb.registry import Registry
 from bsb.tasks.base import ATTRIBUTES, METHODS, Task
 from bsb.tasks.code.task import CodeTask
 from bsb.tasks.math.task import MathTask
+from bsb.tasks.reasoning_gym import ReasoningGymTask
 from bsb.tasks.synthetic.arith import ArithTask
 from bsb.tasks.synthetic.walk import WalkTask
 
@@ -33,7 +34,7 @@ def _not_a_task_class(obj) -> str:
 
 
 TASKS: Registry[type] = Registry("task", _not_a_task_class)
-for _cls in (WalkTask, ArithTask, MathTask, CodeTask):
+for _cls in (WalkTask, ArithTask, MathTask, CodeTask, ReasoningGymTask):
     TASKS.register(_cls.name)(_cls)
 
 

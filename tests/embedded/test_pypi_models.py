@@ -49,7 +49,7 @@ def test_an_unlisted_file_or_another_conversion_is_refused(cache):
 
 
 def test_unknown_names_and_missing_packages_name_the_fix(cache, monkeypatch):
-    with pytest.raises(FileNotFoundError, match="no PyPI model 'nope'; the known ones are gemma3-270m, smollm2-135m"):
+    with pytest.raises(FileNotFoundError, match="no PyPI model 'nope'; the known ones are gemma3-270m, qwen2.5-coder-0.5b, smollm2-135m"):
         P.pypi_model("nope")
 
     def missing(dist):

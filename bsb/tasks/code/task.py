@@ -35,6 +35,7 @@ import json
 import math
 import random
 import re
+import secrets
 from collections.abc import Collection
 from decimal import Decimal
 
@@ -61,12 +62,98 @@ else:
     _bsb_fn = globals()[_bsb_name]
 print("\\n{marker}" + _bsb_json.dumps(_bsb_fn(*_bsb_args)))
 """
+CHECK_MARK = "@@bsb-check-passed@@"
+# A check-style test (HumanEval's): what runs before the problem's code and the completion. It reads the run's nonce
+# and the check program from stdin before any model-written line runs, and keeps them, a copy of the builtins and
+# the plain value types in a closure. CHECK_END then calls it once: the check program runs in a fresh scope of its
+# own (the pristine builtins, the problem's own code run anew: a helper or `check` the completion redefines is not
+# the test's; the function's own name bound to the completion's), on the completion's function wrapped so that a
+# value of any but a plain built-in type (an object whose __eq__ always says yes, a subclass of str) fails; only a
+# check that returns prints the nonce. An exit, a swallowed error or a printed "success" never prints it: the
+# completion cannot know it. What it does not stop: a completion that reads the harness's closure on purpose
+# (introspection) or patches a stdlib module the check imports (math.isclose): the sandbox still holds it.
+CHECK_START = """def _bsb_check_harness():
+    import builtins, json, sys
+    nonce = sys.stdin.readline().strip()
+    given = json.loads(sys.stdin.read())
+    prefix, test, entry = given["prefix"], given["test"], given["entry"]
+    pristine = dict(vars(builtins))
+    plain = (int, float, complex, str, bytes, bool, type(None), list, tuple, dict, set, frozenset)
+    containers = (list, tuple, set, frozenset)
+    write, flush, done = sys.stdout.write, sys.stdout.flush, []
+
+    def plain_value(value):
+        stack = [(value, 0)]
+        while stack:
+            v, depth = stack.pop()
+            if type(v) not in plain or depth > 100:
+                raise AssertionError("the function returned a value that is not a plain built-in one: "
+                                     + type(v).__name__)
+            if type(v) in containers:
+                stack.extend((x, depth + 1) for x in v)
+            elif type(v) is dict:
+                stack.extend((x, depth + 1) for kv in v.items() for x in kv)
+
+    def finish(namespace):
+        if done:
+            return
+        done.append(1)
+        fn = namespace.get(entry)
+        if not callable(fn):
+            raise NameError("the program defines no function " + entry)
+
+        def candidate(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            plain_value(out)
+            return out
+
+        scope = {"__builtins__": dict(pristine), "__name__": "__bsb_check__"}
+        exec(compile(prefix, "<prompt>", "exec"), scope)
+        scope[entry] = candidate  # a check that names the function itself (HumanEval/33) gets the completion's
+        exec(compile(test, "<check>", "exec"), scope)
+        scope["check"](candidate)
+        write("\\n" + __MARK__ + nonce + "\\n")
+        flush()
+
+    return finish
+
+
+_bsb_check = _bsb_check_harness()
+del _bsb_check_harness
+"""
+CHECK_END = "\n\n_bsb_check(globals())\n"
 
 
 def extract_code(response: str) -> str | None:
     """The last fenced code block of a response (an unclosed last fence runs to the end), or None."""
     blocks = FENCE.findall(response)
     return blocks[-1].strip("\n") if blocks and blocks[-1].strip() else None
+
+
+def defines(code: str, name: str) -> bool:
+    """Whether ``code`` parses on its own and defines the function ``name`` at its top level."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError):
+        return False
+    return any(isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name for n in tree.body)
+
+
+def program(response: str, tests: CodeTests) -> str | None:
+    """The program a response is graded as: its last fenced block (stdin and function tests), or None. A check test
+    starts from the problem's own code (``tests.prefix``): a completion that defines the whole function (fenced, as
+    instruct models write it, or not) follows it and replaces its stub; anything else (a fenced body, or the raw
+    response: a base model's continuation) is the body that continues it."""
+    fenced = extract_code(response)
+    if tests.style != "check":
+        return fenced
+    code = fenced if fenced is not None else response.strip("\n")
+    if not code.strip():
+        return None
+    if defines(code, tests.fn_name):
+        return f"{tests.prefix.rstrip()}\n\n\n{code}\n"
+    prefix = tests.prefix if tests.prefix.endswith("\n") or not tests.prefix else tests.prefix + "\n"
+    return f"{prefix}{code}\n"
 
 
 FLOAT_TOL = 1e-6  # the default float bound of a hidden test's comparison (task option float_tol)
@@ -271,12 +358,17 @@ class CodeTask(SyntheticTask):
         solution = (problem.meta or {}).get("solution", "")
         return extract_code(solution) or ""
 
-    def programs(self, code: str, tests: CodeTests) -> list[tuple[str, str]]:
-        """(source, stdin) of every hidden test run."""
+    def runs(self, code: str, tests: CodeTests) -> list[tuple[str, str, str]]:
+        """(source, stdin, what passes) of every hidden test run; ``code`` is the whole program (:func:`program`)."""
         if tests.style == "stdin":
-            return [(code, i) for i in tests.inputs]
-        harness = HARNESS.format(fn=tests.fn_name, marker=RESULT)
-        return [(code + harness, i) for i in tests.inputs]
+            return [(code, i, o) for i, o in zip(tests.inputs, tests.outputs)]
+        if tests.style == "function":
+            harness = HARNESS.format(fn=tests.fn_name, marker=RESULT)
+            return [(code + harness, i, o) for i, o in zip(tests.inputs, tests.outputs)]
+        nonce = secrets.token_hex(16)  # a fresh one a run: the program never sees it before the check has passed
+        given = json.dumps({"prefix": tests.prefix, "test": tests.inputs[0], "entry": tests.fn_name})
+        source = CHECK_START.replace("__MARK__", repr(CHECK_MARK)) + code + CHECK_END
+        return [(source, f"{nonce}\n{given}", CHECK_MARK + nonce)]
 
     def answer_format(self) -> str:
         return "Write the whole program in one ```python code block."
@@ -285,20 +377,27 @@ class CodeTask(SyntheticTask):
         tests = problem.answer
         if not isinstance(tests, CodeTests):
             raise TypeError(f"problem {problem.id!r} carries no CodeTests: the code task grades hidden tests")
-        code = extract_code(response)
+        code = program(response, tests)
         if code is None:
             return Verdict(0.0, False, "no_code", "")
         refused = check_source(code)
         if refused:
             return Verdict(0.0, False, refused[0], code, (("parse", refused[1]),))
-        results = self.pool.map(self.programs(code, tests))
-        graded = [self._grade(run, want, tests.style) for run, want in zip(results, tests.outputs)]
+        jobs = self.runs(code, tests)
+        results = self.pool.map((source, stdin) for source, stdin, _ in jobs)
+        graded = [self._grade(run, want, tests.style) for run, (_, _, want) in zip(results, jobs)]
         reason = next((why for _, why in graded if why), "correct")
         ok = reason == "correct"
         return Verdict(float(ok), ok, reason, code, tuple(detail for detail, _ in graded))
 
     def _grade(self, run, want: str, style: str) -> tuple[tuple, str]:
         """One hidden test's (status, passed, reason) detail and its failure reason ("" when it passed)."""
+        if style == "check":  # the check returned and printed the run's nonce, and the program then ended well
+            if not run.ok:
+                failed = run.status == "error" and run.reason.startswith("AssertionError")
+                return (run.status, False, run.reason), "wrong" if failed else run.status
+            passed = want in run.stdout.splitlines()
+            return (run.status, passed, run.reason), "" if passed else "wrong"
         if not run.ok:
             return (run.status, False, run.reason), run.status
         check = stdout_matches if style == "stdin" else returned_matches

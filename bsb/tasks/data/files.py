@@ -1,6 +1,6 @@
-"""Problem files: JSONL, JSON, Parquet or CSV, in any schema of :mod:`bsb.tasks.data.schemas`, or a Hugging Face
-data set named ``hf://owner/name[:split]`` (through ``datasets``; ``hf:///a/dir[:split]`` is one saved with
-``save_to_disk``), read with the same schema checks.
+"""Problem files: JSONL (also gzipped, ``.jsonl.gz``), JSON, Parquet or CSV, in any schema of
+:mod:`bsb.tasks.data.schemas`, or a Hugging Face data set named ``hf://owner/name[:split]`` (through ``datasets``;
+``hf:///a/dir[:split]`` is one saved with ``save_to_disk``), read with the same schema checks.
 
 The schema is recognised from the first row's columns, or named (``format=``); every row must be of that schema
 (a file mixing schemas is an error). A malformed row is an error that names the file, the line (or row) and the
@@ -9,7 +9,8 @@ field; a gold answer is never guessed from a field it cannot be read from.
 Every file has limits, checked as it is read, before its rows become Python objects where the format allows:
 ``MAX_ROWS`` rows (a Parquet file's from its footer; a text file's counted as they are read, a row past the limit
 refused before it is parsed), ``MAX_FILE_BYTES`` of decoded rows in all (the file's size for text formats, the
-footer's sizes and then the decoded Arrow cells, a batch at a time, for Parquet), ``MAX_CELL_BYTES`` a cell
+footer's sizes and then the decoded Arrow cells, a batch at a time, for Parquet; a gzipped file's inflated text, as
+it inflates), ``MAX_CELL_BYTES`` a cell
 (``MAX_LINE_BYTES`` a JSONL line), and ``MAX_INFLATED_BYTES`` held by the file's answers in all: what a reader
 inflates compressed cells to (LiveCodeBench's hidden tests), counted as each problem is read. ``BSB_DATA_<NAME>`` in
 the environment sets one for a run (``BSB_DATA_MAX_ROWS=4_000_000``). An integer of more digits than Python reads
@@ -21,9 +22,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import gzip
 import json
 import os
 import re
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,6 +138,8 @@ def read_rows(path: str | Path) -> list[tuple[str, object]]:
         return hub_rows(path)
     if not path.exists():
         raise FileNotFoundError(f"no problem file at {path}")
+    if path.name.endswith(".jsonl.gz"):  # read as it inflates: MAX_FILE_BYTES bounds the inflated text
+        return _jsonl_rows(path)
     if path.suffix not in SUFFIXES:
         raise DataFileError(f"{path}: unknown problem file type {path.suffix!r}; use {', '.join(SUFFIXES)}")
     if path.suffix == ".parquet":
@@ -146,11 +151,15 @@ def read_rows(path: str | Path) -> list[tuple[str, object]]:
 
 
 def _jsonl_rows(path: Path) -> list[tuple[str, object]]:
-    """A JSONL file's rows, a line at a time: a line over ``MAX_LINE_BYTES``, or a row past ``MAX_ROWS``, is refused
-    before it is parsed."""
-    rows, max_line, max_rows = [], limit("MAX_LINE_BYTES"), limit("MAX_ROWS")
-    with path.open("rb") as f:
-        for n, raw in enumerate(iter(lambda: f.readline(max_line + 1), b""), start=1):
+    """A JSONL file's rows (gzipped where it ends ``.jsonl.gz``), a line at a time: a line over ``MAX_LINE_BYTES``, a
+    row past ``MAX_ROWS``, or inflated text past ``MAX_FILE_BYTES``, is refused before it is parsed."""
+    rows, max_line, max_rows, max_file = [], limit("MAX_LINE_BYTES"), limit("MAX_ROWS"), limit("MAX_FILE_BYTES")
+    gz, read = path.suffix == ".gz", 0
+    with gzip.open(path, "rb") if gz else path.open("rb") as f:
+        for n, raw in enumerate(iter(lambda: _line(f, path, max_line), b""), start=1):
+            read += len(raw)
+            if gz and read > max_file:
+                raise DataFileError(f"{path}: inflates to {over(max_file, 'byte', 'MAX_FILE_BYTES')}")
             if len(raw) > max_line:
                 raise DataFileError(
                     f"{path}:{n}: a line {over(max_line, 'byte', 'MAX_LINE_BYTES')}; one problem per line, "
@@ -164,6 +173,13 @@ def _jsonl_rows(path: Path) -> list[tuple[str, object]]:
                 check_rows(path, len(rows) + 1, max_rows)
                 rows.append((f"line {n}", _json(line, f"{path}:{n}")))
     return rows
+
+
+def _line(f, path: Path, max_line: int) -> bytes:
+    try:
+        return f.readline(max_line + 1)
+    except (OSError, EOFError, zlib.error) as err:  # gzip: not a gzip file, a truncated or corrupt stream
+        raise DataFileError(f"{path}: not a readable gzip file ({err})") from None
 
 
 _OPEN = re.compile(r"[ \t\n\r]*\[[ \t\n\r]*")  # a JSON list's start, and the whitespace either side
