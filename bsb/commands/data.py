@@ -1,4 +1,5 @@
-"""``bsb data FILE``: check a problem file before a long run (the report: :func:`bsb.tasks.math.report.data_report`)."""
+"""``bsb data FILE``: check a problem file before a long run (the report: :func:`bsb.tasks.math.report.data_report`);
+``bsb data --dataset NAME``: the problems task=reasoning_gym holds out from that reasoning-gym dataset, as drawn."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from bsb.fields import help_field as _f
 from bsb.tasks.data.schemas import SCHEMAS
 from bsb.tasks.prompting import PromptConfig
 
-HELP = "check a problem file: its schema, row count and first rows as the model sees them"
+HELP = "check a problem file (or a reasoning-gym dataset as drawn): its schema, rows and prompts as the model sees them"
 
 
 @dataclass
@@ -19,7 +20,12 @@ class DataConfig(PromptConfig):
     """``bsb data``'s options: the prompt options of :class:`~bsb.tasks.prompting.PromptConfig` (the prompts are
     shown as ``bsb train`` renders them) and the fields below."""
 
-    file: str = _f(None, "a JSONL / JSON / Parquet / CSV problem file", positional=True, nargs=None)
+    file: str | None = _f(None, "a JSONL / JSON / Parquet / CSV problem file", positional=True, nargs="?")
+    dataset: str | None = _f(
+        None,
+        "a reasoning-gym dataset (e.g. gsm_symbolic) instead of a file: its held-out problems as task=reasoning_gym "
+        "draws them",
+    )
     format: str | None = _f(None, "name the schema (default: recognised from the columns)", choices=tuple(SCHEMAS))
     rows: int = _f(3, "rows to show", ge=0, size_limit=MAX_COUNT)
     model: str | None = _f(
@@ -32,6 +38,8 @@ class DataConfig(PromptConfig):
         problems = self.prompt_problems()
         if problems:
             raise ValueError(f"invalid config: {'; '.join(problems)}")
+        if (self.file is None) == (self.dataset is None):
+            raise ValueError("give a problem file or --dataset NAME (a reasoning-gym dataset), not both or neither")
         if self.prompt_format == "chat" and not self.model:
             raise ValueError("--prompt-format chat renders through a tokenizer's chat template: pass --model PATH")
 
@@ -52,7 +60,37 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             from bsb.embedded.model import resolve_model
 
             tok = transformers.AutoTokenizer.from_pretrained(resolve_model(cfg.model))
-        data_report(cfg.file, cfg.format, cfg.rows, tok, cfg, cfg.choice_seed)
+        if cfg.dataset:
+            gym_report(cfg.dataset, cfg.rows, tok, cfg)
+        else:
+            data_report(cfg.file, cfg.format, cfg.rows, tok, cfg, cfg.choice_seed)
     except (ValueError, FileNotFoundError, ImportError) as err:
         parser.error(str(err))
     return 0
+
+
+def gym_report(dataset: str, rows: int, tokenizer, prompt: PromptConfig, console=None) -> dict:
+    """The first ``rows`` held-out problems of reasoning-gym's ``dataset`` as ``task=reasoning_gym`` draws them: the
+    prompt as the model sees it, the gold answer and where the problem came from."""
+    from rich.console import Console
+    from rich.panel import Panel
+
+    from bsb.tasks.reasoning_gym import HELD_OUT_SEED, ReasoningGymTask
+
+    console = console or Console()
+    task = ReasoningGymTask(dataset=dataset)
+    problems = task.held_out(rows)
+    console.print(
+        f"[bold]reasoning-gym {dataset}[/bold]: held-out problems from seed {HELD_OUT_SEED} (training draws seeds "
+        f"below 2**30); answer read from \\boxed{{}}, reward 1 where score_answer gives 1.0; prompt format: "
+        f"{prompt.prompt_format}"
+    )
+    shown = []
+    for p in problems:
+        text = prompt.render(task, p, tokenizer)
+        meta = p.meta["entry"].get("metadata", {})
+        console.print(Panel(text, title=f"{p.id}: the prompt as the model sees it", title_align="left"))
+        source = {k: meta[k] for k in ("source_dataset", "source_index", "difficulty") if k in meta}
+        console.print(f"  gold: {p.answer}   {source}")
+        shown.append({"id": p.id, "prompt": text, "gold": p.answer})
+    return {"dataset": dataset, "shown": shown}

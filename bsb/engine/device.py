@@ -281,3 +281,12 @@ def check_colocation(
             f"{' (checkpointed)' if checkpointing else ''} beside {need / 2**30:.1f} GiB of trainer state, in the "
             f"{room / 2**30:.1f} GiB the engine leaves (bsb cost --memory); {fix}"
         )
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory so far, in GiB (``getrusage``: KiB on Linux, bytes on macOS)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (2**30 if sys.platform == "darwin" else 2**20)

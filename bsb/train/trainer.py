@@ -37,7 +37,7 @@ from bsb import floors
 from bsb.embedded.model import resolve_model
 from bsb.engine.backend import BackendError, capabilities
 from bsb.engine.boundaries import newline_token_mask
-from bsb.engine.device import check_colocation, resolve_device, resolve_dtype
+from bsb.engine.device import check_colocation, peak_rss_gb, resolve_device, resolve_dtype
 from bsb.engine.probe import SelectorConfig, answer_tokens, check_against_model, resolve
 from bsb.engine.reader import bind_reader, read_path
 from bsb.engine.selectors import make_selector
@@ -259,6 +259,7 @@ class Trainer:
         m = phases.step_metrics(self.step, generated, kept, rows, total, reasons, update, timing)
         m["active_steps"] = self.active_steps
         m["probe_read_path"] = read_path(self.selector)
+        m["mem_peak_gb"] = peak_rss_gb()  # this process's peak resident memory so far (policy, optimizer, engine)
         if gap is not None:
             m["sync_gap"] = gap
         return m

@@ -75,10 +75,18 @@ def test_the_cli_has_one_subcommand_per_module(capsys):
 
 
 def test_a_positional_without_default_is_required(capsys):
-    parser = _parser(data)
+    parser = _parser(sweep)  # nargs="+": one config at least
     with pytest.raises(SystemExit):
         parser.parse_args([])
-    assert "file" in capsys.readouterr().err
+    assert "configs" in capsys.readouterr().err
+
+
+def test_bsb_data_takes_a_file_or_a_dataset_not_both_or_neither(capsys):
+    parser = _parser(data)
+    for argv in ([], ["f.jsonl", "--dataset", "gsm_symbolic"]):
+        with pytest.raises(SystemExit):
+            from_args(data.DataConfig, parser.parse_args(argv), parser)
+        assert "give a problem file or --dataset NAME" in capsys.readouterr().err
 
 
 # The flags the hand-written command line had before they were generated (name: default), kept as they were.

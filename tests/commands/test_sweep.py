@@ -30,7 +30,8 @@ def test_every_shipped_config_is_a_valid_train_config():
 
 
 def test_the_cpu_twins_plan_as_one_sweep(tmp_path):
-    runs = sweep.plan(sorted((CONFIGS / "cpu").rglob("*.yaml")), [0, 1, 2], tmp_path)
+    twins = sorted(p for d in ("arms", "ablations") for p in (CONFIGS / "cpu" / d).glob("*.yaml"))  # real/: other models
+    runs = sweep.plan(twins, [0, 1, 2], tmp_path)
     assert len(runs) == 9 * 3 and len({r.dir for r in runs}) == 27
     assert [r.seed for r in runs] == [0] * 9 + [1] * 9 + [2] * 9  # seed by seed: a sweep cut short has every config alike
     grpo = next(r for r in runs if r.name == "b_updater_grpo" and r.seed == 1)

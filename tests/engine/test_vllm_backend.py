@@ -177,3 +177,44 @@ def test_several_stop_ids_end_a_request_at_the_first_one_drawn(engine):
 def _cut_at(row, stops):
     end = next((j for j, t in enumerate(row) if t in stops), None)
     return row if end is None else row[: end + 1]
+
+
+def test_the_in_process_engine_computes_on_every_core(engine):
+    """bsb's binding (bsb.engine.cpu_threads), read back from the process the engine runs in: vLLM's worker froze the
+    torch thread count at the engine's start."""
+    from bsb.engine.cpu_threads import physical_cores
+
+    b = engine.cpu_binding
+    assert b is not None and b.in_process and b.decided_by == "bsb" and b.reserved == 0
+    assert b.threads == len(physical_cores()[0]) == torch.get_num_threads()
+
+
+ENGINE_PROCESS = """
+import json, sys
+from pathlib import Path
+from bsb.engine.vllm_backend import VLLMBackend
+
+if __name__ == "__main__":
+    arg = json.loads(sys.argv[1])
+    log = Path(arg["folder"]) / "vllm.log"
+    engine = VLLMBackend(arg["model"], dtype="float32", max_model_len=256, enforce_eager=True, log_file=log)
+    b = engine.cpu_binding
+    lines = [x.strip() for x in log.read_text().splitlines() if "core ids=" in x or "reserved_cpus=" in x]
+    engine.close()
+    print(json.dumps({"threads": b.threads, "cores": list(b.cores), "env": dict(b.env), "log": lines}))
+"""
+
+
+def test_an_engine_process_is_bound_to_every_core_none_reserved(checkpoint, tmp_path):
+    """vLLM's own multi-process engine (its default) binds one core of two and reserves the other, left alone; with
+    bsb's binding its log says it computes on every core. Read from the engine process's own log lines."""
+    from script_run import run_script
+
+    from bsb.engine.cpu_threads import physical_cores
+
+    out = run_script(ENGINE_PROCESS, {"model": checkpoint, "folder": str(tmp_path)}, tmp_path,
+                     VLLM_ENABLE_V1_MULTIPROCESSING="1")
+    cores = physical_cores()[0]
+    assert out["threads"] == len(cores) and out["env"]["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    assert any(f"core ids={cores}" in x for x in out["log"]), out["log"]
+    assert any("reserved_cpus=[]" in x for x in out["log"]), out["log"]

@@ -10,6 +10,8 @@ import pytest
 from real_models import PROMPTING, REAL, problem_file, real_model
 from script_run import run_script
 
+from bsb.engine.cpu_threads import physical_cores
+
 pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'belief-shift-branching[cpu]')")
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
@@ -33,7 +35,8 @@ if __name__ == "__main__":
     print(json.dumps({"engine": type(tr.backend).__name__, "reader": type(tr.selector.reader).__name__,
                       "steps": [r["step"] for r in rows], "max_diff": (lp - hlp).abs().max().item(),
                       "close": torch.allclose(lp, hlp, atol=1e-4, rtol=1e-4),
-                      "top20": (ix == hix).float().mean().item(), "step": rows[-1]}))
+                      "top20": (ix == hix).float().mean().item(), "step": rows[-1],
+                      "threads": tr.backend.cpu_binding.threads, "torch_threads": torch.get_num_threads()}))
 """
 
 
@@ -49,5 +52,6 @@ def test_vllm_reads_equal_hf_reads_and_a_step_trains_with_vllm_rollouts(name, tm
     print(f"{name} vLLM vs HF top-20 log-probs: max |diff| {out['max_diff']:.2e}, index agreement {out['top20']:.2f}; "
           f"step {json.dumps({k: out['step'].get(k) for k in ('time_step', 'probe_frac', 'probe_tokens')})}")
     assert out["engine"] == "VLLMBackend" and out["reader"] == "VLLMBackend" and out["steps"] == [0, 1]
+    assert out["threads"] == out["torch_threads"] == len(physical_cores()[0])  # every core (bsb.engine.cpu_threads)
     assert out["close"] and out["top20"] >= 0.95  # as the tiny Qwen3's (test_vllm_backend); near-ties may swap
     assert out["step"]["tokens_generated"] > 0 and out["step"]["forks"] == 4

@@ -333,6 +333,8 @@ class CodeTask(SyntheticTask):
         return self.train[:n] if self.train is not None else super().sample(n, seed)
 
     def format_prompt(self, problem: Problem) -> str:
+        if isinstance(problem.answer, CodeTests) and problem.answer.style == "check":  # HumanEval: code to complete
+            return f"Complete this Python function.\n\n```python\n{problem.prompt.rstrip()}\n```\n"
         starter = (problem.meta or {}).get("starter_code")
         if starter:
             return f"{problem.prompt}\n\nStarter code:\n```python\n{starter}\n```\n"
