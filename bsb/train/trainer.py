@@ -187,6 +187,7 @@ class Trainer:
             cfg.vllm_gpu_memory_utilization,
             cfg.vllm_sleep,
             log_file=self.out / "vllm.log",  # not under the progress bar (VLLM_LOGGING_LEVEL brings it back)
+            cpu_process=cfg.vllm_cpu_process,
         )
 
     def _encode(self, problem: Problem) -> list[int]:

@@ -61,3 +61,14 @@ def test_apply_sets_the_in_process_thread_count_and_says_it_once(caplog):
     finally:
         torch.set_num_threads(before)
         C._said.discard(b.describe())
+
+
+
+def test_where_a_cpu_engine_runs_is_checked_before_anything_loads():
+    from bsb.engine.rollout_engine import make_rollout_backend
+    from bsb.train.config import TrainConfig
+
+    with pytest.raises(ValueError, match="vllm_cpu_process must be one of in, own"):
+        make_rollout_backend("vllm", "x", None, 64, cpu_process="both")
+    with pytest.raises(ValueError, match="vllm_cpu_process"):
+        TrainConfig(vllm_cpu_process="both")

@@ -190,31 +190,48 @@ def test_the_in_process_engine_computes_on_every_core(engine):
 
 
 ENGINE_PROCESS = """
-import json, sys
+import glob, json, sys
 from pathlib import Path
+import torch, transformers
 from bsb.engine.vllm_backend import VLLMBackend
 
 if __name__ == "__main__":
     arg = json.loads(sys.argv[1])
     log = Path(arg["folder"]) / "vllm.log"
-    engine = VLLMBackend(arg["model"], dtype="float32", max_model_len=256, enforce_eager=True, log_file=log)
+    engine = VLLMBackend(arg["model"], dtype="float32", max_model_len=256, enforce_eager=True, log_file=log,
+                         in_process=False)
     b = engine.cpu_binding
     lines = [x.strip() for x in log.read_text().splitlines() if "core ids=" in x or "reserved_cpus=" in x]
+    prompt = [list(range(10, 30))]
+    before = engine.generate(prompt, 12, temperature=0.0)
+    model = transformers.AutoModelForCausalLM.from_pretrained(arg["model"], dtype=torch.float32)
+    sd = model.state_dict()
+    torch.manual_seed(0)
+    garbled = {k: torch.randn_like(v) if "mlp" in k else v for k, v in sd.items()}
+    engine.load_weights(garbled.items())  # through the file: the engine is in its own process
+    after = engine.generate(prompt, 12, temperature=0.0)
+    engine.load_weights(sd.items())
+    back = engine.generate(prompt, 12, temperature=0.0)
+    left = glob.glob("/dev/shm/bsb-weights-*") + glob.glob("/tmp/bsb-weights-*")
     engine.close()
-    print(json.dumps({"threads": b.threads, "cores": list(b.cores), "env": dict(b.env), "log": lines}))
+    print(json.dumps({"threads": b.threads, "cores": list(b.cores), "env": dict(b.env), "log": lines,
+                      "in_process": engine.in_process, "changed": after != before, "restored": back == before,
+                      "left": left}))
 """
 
 
-def test_an_engine_process_is_bound_to_every_core_none_reserved(checkpoint, tmp_path):
+def test_an_engine_process_is_bound_to_every_core_and_takes_the_weight_sync(checkpoint, tmp_path):
     """vLLM's own multi-process engine (its default) binds one core of two and reserves the other, left alone; with
-    bsb's binding its log says it computes on every core. Read from the engine process's own log lines."""
+    bsb's binding its log says it computes on every core (read from the engine process's own log lines). The weight
+    sync reaches it through a file: garbled weights change its greedy output, the policy's bring it back, and no
+    weights file is left behind."""
     from script_run import run_script
 
     from bsb.engine.cpu_threads import physical_cores
 
-    out = run_script(ENGINE_PROCESS, {"model": checkpoint, "folder": str(tmp_path)}, tmp_path,
-                     VLLM_ENABLE_V1_MULTIPROCESSING="1")
+    out = run_script(ENGINE_PROCESS, {"model": checkpoint, "folder": str(tmp_path)}, tmp_path)
     cores = physical_cores()[0]
+    assert out["in_process"] is False and out["changed"] and out["restored"] and out["left"] == []
     assert out["threads"] == len(cores) and out["env"]["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
     assert any(f"core ids={cores}" in x for x in out["log"]), out["log"]
     assert any("reserved_cpus=[]" in x for x in out["log"]), out["log"]
