@@ -23,6 +23,12 @@ pytestmark = pytest.mark.slow
 _loaded = {}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _unload():
+    yield
+    _loaded.clear()  # the conftest then hands the memory back (a later test's subprocess needs it)
+
+
 def loaded(name):
     """(model, tokenizer) in fp32, one at a time (Gemma's 262k-token head is the memory of this tier)."""
     if name not in _loaded:

@@ -41,7 +41,7 @@ CASES = {
 # under batch composition (one process samples a round's requests in one batch, each rank its half), so a chain that
 # is re-rolled away can differ by a flipped near-tie token (measured: 6 of 4,254 tokens, in a second-round group no
 # tree kept). Every trained quantity (trees, verdicts, tokens_trained, losses, weights) is still compared exactly.
-VOLATILE = ("time_", "probe_frac", "tokens_generated")
+VOLATILE = ("time_", "probe_frac", "tokens_generated", "mem_")  # and each process's own peak memory
 # positions the tree-packed update computed: each rank packs its own whole fork groups, so a prompt whose groups land on
 # both ranks is forwarded once on each (the trained rows, update_tokens_paths, stay equal)
 PER_RANK = ("update_tokens",)
