@@ -93,6 +93,37 @@ def launch_env(device: str) -> dict[str, str]:
     }
 
 
+SYNC_PREFIX = "bsb-weights-"  # an own-process engine's weight-sync folders: bsb-weights-<pid>-<random>
+
+
+def _sweep_sync_folders(base: Path) -> int:
+    """Remove the weight-sync folders under ``base`` whose process is gone (killed between writing and removing
+    one: in ``/dev/shm`` it holds memory until the machine restarts); returns how many. A folder of a live process,
+    or one this user cannot remove, is left."""
+    import shutil
+
+    gone = 0
+    for folder in base.glob(f"{SYNC_PREFIX}*-*"):
+        pid = folder.name[len(SYNC_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        gone += not folder.exists()
+    if gone:
+        log.info("removed %d weight-sync folder(s) under %s left by processes that are gone", gone, base)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -251,16 +282,20 @@ class VLLMBackend:
         """The weight sync of an engine in its own process: the tensors written as one safetensors file in a fresh
         folder (in ``/dev/shm`` where it has room: memory, not disk), which the engine's worker reloads in place
         (vLLM's ``reload_weights(weights_path=...)``), then removed. A tensor that shares its storage with one
-        already written (a tied head) is left out, as the checkpoint leaves it out."""
+        already written (a tied head) is left out, as the checkpoint leaves it out; every tensor seen is held until
+        the file is written, so a freed storage's address cannot come back as a new tensor's and drop it. The folder
+        is named after this process: a sync that a killed process left behind (memory in ``/dev/shm``) is removed by
+        the next one (:func:`_sweep_sync_folders`)."""
         import shutil
         import tempfile
 
         from safetensors.torch import save_file
 
-        tensors, seen = {}, set()
+        tensors, seen, held = {}, set(), []
         for name, value in weights:
             t = value.detach()
-            key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+            held.append(t)
+            key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
             if key in seen:
                 continue
             seen.add(key)
@@ -268,10 +303,12 @@ class VLLMBackend:
         size = sum(t.numel() * t.element_size() for t in tensors.values())
         shm = Path("/dev/shm")
         room = shutil.disk_usage(shm).free if shm.is_dir() else 0
-        folder = Path(tempfile.mkdtemp(prefix="bsb-weights-", dir=shm if room > 2 * size else None))
+        base = shm if room > 2 * size else Path(tempfile.gettempdir())
+        _sweep_sync_folders(base)
+        folder = Path(tempfile.mkdtemp(prefix=f"{SYNC_PREFIX}{os.getpid()}-", dir=base))
         try:
             save_file(tensors, str(folder / "model.safetensors"))
-            del tensors
+            del tensors, held
             self.llm.collective_rpc("reload_weights", kwargs=dict(weights_path=str(folder)))
         finally:
             shutil.rmtree(folder, ignore_errors=True)

@@ -79,3 +79,23 @@ def test_bsb_vllm_eager_starts_the_engine_uncompiled_unless_told_otherwise(fake,
     extra = {} if given is None else {"enforce_eager": given}
     kw = VLLMBackend("m", dtype="float32", max_model_len=1024, device="cpu", **extra).llm.kwargs
     assert kw.get("enforce_eager") is want  # None: vLLM's own default (it compiles)
+
+
+def test_a_weight_sync_folder_left_by_a_dead_process_is_swept_and_a_live_ones_kept(tmp_path):
+    """An own-process engine's sync folder holds the whole policy (memory, in /dev/shm); a process killed between
+    writing and removing it leaves it behind, and the next sync removes it, never a live process's."""
+    import subprocess
+    import sys
+
+    from bsb.engine.vllm_backend import SYNC_PREFIX, _sweep_sync_folders
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = tmp_path / f"{SYNC_PREFIX}{int(dead.stdout)}-abc"
+    mine = tmp_path / f"{SYNC_PREFIX}{__import__('os').getpid()}-def"
+    odd = tmp_path / f"{SYNC_PREFIX}notapid-ghi"
+    for folder in (gone, mine, odd):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"x" * 10)
+    assert _sweep_sync_folders(tmp_path) == 1
+    assert not gone.exists() and mine.exists() and odd.exists()
+    assert _sweep_sync_folders(tmp_path) == 0
