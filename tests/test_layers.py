@@ -6,9 +6,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "bsb"
 # top-level parts of bsb by layer (a part may import its own layer's other parts only where listed in PEERS)
-LAYER = {"registry": 0, "fields": 0, "floors": 0, "safe_io": 0, "run_files": 0, "_C": 0, "kernels": 0, "tasks": 0, "embedded": 1, "engine": 1, "train": 2, "eval": 2,
+LAYER = {"registry": 0, "fields": 0, "floors": 0, "safe_io": 0, "run_files": 0, "owners": 0, "_C": 0, "kernels": 0, "tasks": 0, "embedded": 1, "engine": 1, "train": 2, "eval": 2,
          "integrations": 3, "commands": 3, "cli": 4}
-PEERS = {("tasks", "registry"), ("tasks", "fields"), ("kernels", "_C"), ("kernels", "floors"), ("run_files", "safe_io"), ("embedded", "engine")}
+PEERS = {("tasks", "registry"), ("tasks", "fields"), ("kernels", "_C"), ("kernels", "floors"), ("run_files", "safe_io"), ("tasks", "owners"), ("embedded", "engine")}
 # bsb.tasks inside: the protocol and answer text, then prompts and problem files, then the domains (arith is graded
 # like math, and so is reasoning_gym; the code task's default problems are the synthetic recipes), then the name registry
 TASK_LAYER = {"base": 0, "answers": 0, "prompting": 1, "data": 1, "math": 2, "synthetic": 3, "reasoning_gym": 3, "code": 4,

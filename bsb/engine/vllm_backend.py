@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from bsb import floors
+from bsb import floors, owners
 from bsb.engine import cpu_threads
 from bsb.engine.backend import (
     Capabilities,
@@ -93,35 +93,7 @@ def launch_env(device: str) -> dict[str, str]:
     }
 
 
-SYNC_PREFIX = "bsb-weights-"  # an own-process engine's weight-sync folders: bsb-weights-<pid>-<random>
-
-
-def _sweep_sync_folders(base: Path) -> int:
-    """Remove the weight-sync folders under ``base`` whose process is gone (killed between writing and removing
-    one: in ``/dev/shm`` it holds memory until the machine restarts); returns how many. A folder of a live process,
-    or one this user cannot remove, is left."""
-    import shutil
-
-    gone = 0
-    for folder in base.glob(f"{SYNC_PREFIX}*-*"):
-        pid = folder.name[len(SYNC_PREFIX) :].split("-", 1)[0]
-        if not pid.isdigit() or _alive(int(pid)):
-            continue
-        shutil.rmtree(folder, ignore_errors=True)
-        gone += not folder.exists()
-    if gone:
-        log.info("removed %d weight-sync folder(s) under %s left by processes that are gone", gone, base)
-    return gone
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
+SYNC_PREFIX = "bsb-weights-"  # an own-process engine's weight-sync folders, named by owner (bsb.owners)
 
 
 def _free_port() -> int:
@@ -285,7 +257,7 @@ class VLLMBackend:
         already written (a tied head) is left out, as the checkpoint leaves it out; every tensor seen is held until
         the file is written, so a freed storage's address cannot come back as a new tensor's and drop it. The folder
         is named after this process: a sync that a killed process left behind (memory in ``/dev/shm``) is removed by
-        the next one (:func:`_sweep_sync_folders`)."""
+        the next one (:mod:`bsb.owners`)."""
         import shutil
         import tempfile
 
@@ -304,8 +276,9 @@ class VLLMBackend:
         shm = Path("/dev/shm")
         room = shutil.disk_usage(shm).free if shm.is_dir() else 0
         base = shm if room > 2 * size else Path(tempfile.gettempdir())
-        _sweep_sync_folders(base)
-        folder = Path(tempfile.mkdtemp(prefix=f"{SYNC_PREFIX}{os.getpid()}-", dir=base))
+        if gone := owners.sweep(base, SYNC_PREFIX):
+            log.info("removed %d weight-sync folder(s) under %s left by processes that are gone", len(gone), base)
+        folder = Path(tempfile.mkdtemp(prefix=f"{SYNC_PREFIX}{owners.owner_tag()}-", dir=base))
         try:
             save_file(tensors, str(folder / "model.safetensors"))
             del tensors, held

@@ -87,15 +87,18 @@ def test_a_weight_sync_folder_left_by_a_dead_process_is_swept_and_a_live_ones_ke
     import subprocess
     import sys
 
-    from bsb.engine.vllm_backend import SYNC_PREFIX, _sweep_sync_folders
+    from bsb.engine.vllm_backend import SYNC_PREFIX
+    from bsb.owners import owner_tag, sweep
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    gone = tmp_path / f"{SYNC_PREFIX}{int(dead.stdout)}-abc"
-    mine = tmp_path / f"{SYNC_PREFIX}{__import__('os').getpid()}-def"
+    dead = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    gone = tmp_path / f"{SYNC_PREFIX}{owner_tag(dead.pid)}-abc"
+    dead.kill()
+    dead.wait()
+    mine = tmp_path / f"{SYNC_PREFIX}{owner_tag()}-def"
     odd = tmp_path / f"{SYNC_PREFIX}notapid-ghi"
     for folder in (gone, mine, odd):
         folder.mkdir()
         (folder / "model.safetensors").write_bytes(b"x" * 10)
-    assert _sweep_sync_folders(tmp_path) == 1
+    assert sweep(tmp_path, SYNC_PREFIX) == [gone]
     assert not gone.exists() and mine.exists() and odd.exists()
-    assert _sweep_sync_folders(tmp_path) == 0
+    assert sweep(tmp_path, SYNC_PREFIX) == []

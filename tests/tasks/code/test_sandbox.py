@@ -18,19 +18,41 @@ needs_ns = pytest.mark.skipif(not layers()["namespaces"], reason="no network/PID
 needs_user = pytest.mark.skipif(not layers()["user"], reason="not root: programs run as this user (no uid drop)")
 
 
+def _proc(pid: int) -> tuple[int, int, bytes] | None:
+    """(uid, parent pid, command line) of a process, None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read()
+        return int(fields["Uid"].split()[0]), int(fields["PPid"].split()[0]), cmd
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _is_sandboxed(info: tuple[int, int, bytes]) -> bool:
+    uid, _, cmd = info
+    return SANDBOX_UID <= uid < SANDBOX_UID + 64 or b"prog.py" in cmd
+
+
 def _sandbox_processes() -> list[int]:
-    """PIDs of processes running as a sandbox uid, or whose command line names a run's program."""
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                uid = int(next(line for line in f if line.startswith("Uid:")).split()[1])
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read()
-        except (OSError, StopIteration):
+    """PIDs of sandboxed processes (a sandbox uid, or a command line that names a run's program) that this process
+    left: its descendants, and orphans (nothing but sandboxed processes between them and init). Another pytest
+    worker's runs, live under that worker, are not this test's (the suite runs on two workers at once)."""
+    me, out = os.getpid(), []
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+        info = _proc(pid)
+        if info is None or not _is_sandboxed(info):
             continue
-        if SANDBOX_UID <= uid < SANDBOX_UID + 64 or b"prog.py" in cmd:
-            out.append(int(pid))
+        orphan, parent = True, info[1]
+        while parent > 1 and parent != me:
+            up = _proc(parent)
+            if up is None:
+                break
+            orphan = orphan and _is_sandboxed(up)
+            parent = up[1]
+        if parent == me or orphan:
+            out.append(pid)
     return out
 
 
@@ -296,8 +318,11 @@ def test_forked_children_share_one_memory_budget():
     r = run_program(prog, timeout_s=8, memory_mb=256)
     assert r.memory_peak_mb is not None and r.memory_peak_mb <= 256 * 1.02, r.memory_peak_mb
     assert int(r.stdout.split()[0]) > 0  # the kernel ended children past the run's budget
+    from bsb.tasks.code.sandbox_sweep import owner_tag
+
     for parent in (Path("/sys/fs/cgroup/memory/bsb-sandbox"), Path("/sys/fs/cgroup/bsb-sandbox")):
-        assert not list(parent.glob("run-*")), "a run's cgroup leaf was left behind"
+        # this process's leaves (another pytest worker's runs have theirs at the same time)
+        assert not list(parent.glob(f"run-{owner_tag()}-*")), "a run's cgroup leaf was left behind"
 
 
 # ------------------------------------------------------------------ the second hostile round: keys, namespaces, orphans
