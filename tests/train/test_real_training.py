@@ -36,10 +36,10 @@ def _check_step(name: str, selector: str, step: dict) -> None:
 # matrix on it would add minutes to the tier's time budget (docs/DEVELOPMENT.md) and no check the others lack.
 MATRIX = [n for n in REAL if n != "qwen2.5-coder-0.5b"]
 # Gemma-3-270M runs the selectors whose reads depend on its family (Probe-JS's packed reads under its sliding-window
-# masks, Entropy's token statistics over its 262k vocabulary); at 64 tokens its chains hold no committed answer, so
-# its Lens-Shift step is Midpoint's fallback (measured: fallbacks 4 of 4) and both would re-run what SmolLM2's
-# steps run (its lens is checked in test_real_checkpoints.py). Each HF step here is ~22 s of generation that reads a
-# 671 MB head every token (memory-bound): the two steps cost 50 s of the serial tier's budget.
+# masks, Entropy's token statistics over its 262k vocabulary). At 64 tokens its chains hold no committed answer, so
+# its Lens-Shift step is Midpoint's fallback (measured: fallbacks 4 of 4), and a Midpoint step reads nothing: those two
+# steps would re-run what SmolLM2's run (its lens is checked in test_real_checkpoints.py). Each HF step here is ~22 s
+# of generation that reads a 671 MB head every token (memory-bound): the two cost 50 s of the serial tier's budget.
 SELECTORS_OF = {"gemma3-270m": ("probe_js", "entropy")}
 
 
