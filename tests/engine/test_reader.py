@@ -7,7 +7,7 @@ from tiny_models import tiny_config
 
 from bsb.engine.backend import Capabilities
 from bsb.engine.hf_backend import HFBackend
-from bsb.engine.reader import PROBE_READERS, bind_reader, choose_reader
+from bsb.engine.reader import ENGINE_READS_FROM, PROBE_READERS, bind_reader, choose_reader
 from bsb.engine.selectors import ChainInput, SelectorConfig, make_selector
 
 transformers = pytest.importorskip("transformers")
@@ -86,6 +86,30 @@ def test_choose_reader_table(probe_reader, selector, engine, serves):
     sel = make_selector(selector, CFG)
     want = {"policy": POLICY, "engine": engine}[serves]
     assert choose_reader(probe_reader, sel, engine, POLICY) is want
+
+
+class BigPolicy(Policy):
+    """A policy whose model has ENGINE_READS_FROM parameters: its belief reads cost a CPU engine less (meta tensors)."""
+
+    def __init__(self):
+        super().__init__()
+        self.model = torch.nn.Linear(ENGINE_READS_FROM, 1, bias=False, device="meta")
+
+
+@pytest.mark.parametrize(
+    "probe_reader, selector, serves",
+    [
+        ("auto", "probe_js", "engine"),  # a read token costs both alike: the engine's prefix cache computes fewer
+        ("auto", "entropy", "policy"),  # token statistics stay on the policy beside a CPU engine (not measured there)
+        ("auto", "lens_shift", "policy"),
+        ("policy", "probe_js", "policy"),
+    ],
+)
+def test_auto_reads_a_large_models_beliefs_on_the_cpu_engine(probe_reader, selector, serves):
+    big = BigPolicy()
+    assert sum(p.numel() for p in big.model.parameters()) == ENGINE_READS_FROM
+    want = {"policy": big, "engine": CPU}[serves]
+    assert choose_reader(probe_reader, make_selector(selector, CFG), CPU, big) is want
 
 
 def test_choose_reader_refuses_an_unknown_choice():
