@@ -1,5 +1,7 @@
 """``bsb data FILE``: check a problem file before a long run (the report: :func:`bsb.tasks.math.report.data_report`);
-``bsb data --dataset NAME``: the problems task=reasoning_gym holds out from that reasoning-gym dataset, as drawn."""
+``bsb data --dataset NAME``: the problems task=reasoning_gym holds out from that reasoning-gym dataset, as drawn;
+``--write FILE`` writes the first ``--count`` of them as a held-out file (``task_options.val_file``), checked on
+load."""
 
 from __future__ import annotations
 
@@ -28,6 +30,13 @@ class DataConfig(PromptConfig):
     )
     format: str | None = _f(None, "name the schema (default: recognised from the columns)", choices=tuple(SCHEMAS))
     rows: int = _f(3, "rows to show", ge=0, size_limit=MAX_COUNT)
+    write: str | None = _f(
+        None,
+        "with --dataset: write its first --count held-out problems to this JSONL file with their provenance (the "
+        "task option val_file reads it back, each problem regenerated and checked)",
+        path="file",
+    )
+    count: int = _f(256, "held-out problems --write writes", ge=1, size_limit=MAX_COUNT)
     model: str | None = _f(
         None, "a local model directory whose tokenizer renders the prompts (needed for --prompt-format chat)"
     )
@@ -40,6 +49,8 @@ class DataConfig(PromptConfig):
             raise ValueError(f"invalid config: {'; '.join(problems)}")
         if (self.file is None) == (self.dataset is None):
             raise ValueError("give a problem file or --dataset NAME (a reasoning-gym dataset), not both or neither")
+        if self.write and not self.dataset:
+            raise ValueError("--write writes a reasoning-gym dataset's held-out problems: give --dataset NAME")
         if self.prompt_format == "chat" and not self.model:
             raise ValueError("--prompt-format chat renders through a tokenizer's chat template: pass --model PATH")
 
@@ -62,6 +73,15 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             tok = transformers.AutoTokenizer.from_pretrained(resolve_model(cfg.model))
         if cfg.dataset:
             gym_report(cfg.dataset, cfg.rows, tok, cfg)
+            if cfg.write:
+                from bsb.safe_io import write_text
+                from bsb.tasks.reasoning_gym import gym_version, held_out_file
+
+                write_text(cfg.write, held_out_file(cfg.dataset, cfg.count))  # whole or not at all
+                print(
+                    f"wrote {cfg.count} held-out {cfg.dataset} problems to {cfg.write} (reasoning-gym "
+                    f"{gym_version()}); train or score on them with --set task_options.val_file={cfg.write}"
+                )
         else:
             data_report(cfg.file, cfg.format, cfg.rows, tok, cfg, cfg.choice_seed)
     except (ValueError, FileNotFoundError, ImportError) as err:

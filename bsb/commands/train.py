@@ -58,7 +58,29 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     finally:
         trainer.close()
     if world.main:
-        vals = [(r["step"], r["val_accuracy"]) for r in rows if "val_accuracy" in r]
-        print(f"held-out accuracy by step: {', '.join(f'{s}: {a:.3f}' for s, a in vals)}")
-        print(f"metrics: {trainer.out / 'metrics.jsonl'}; final model: {trainer.out / 'final'}")
+        vals = [r for r in rows if "val_accuracy" in r]
+        by_step = ", ".join(f"{r['step']}: {r['val_accuracy']:.3f}" for r in vals)
+        print(f"held-out accuracy by step: {by_step}")
+        if vals:
+            print(held_out_line(vals[-1], trainer.cfg.max_response_len))
+        final = f"; final model: {trainer.out / 'final'}" if trainer.cfg.steps else ""
+        print(f"metrics: {trainer.out / 'metrics.jsonl'}{final}")
     return 0
+
+
+def held_out_line(row: dict, cap: int) -> str:
+    """A validation row in words: accuracy with its 95% bootstrap interval over problems, the no-answer and cut
+    shares, the mean response length."""
+    import numpy as np
+
+    from bsb.eval.bootstrap import question_clustered
+
+    n, per = len(row["val_correct"]), row["val_samples"]
+    acc = np.asarray(row["val_correct"], dtype=float)[None] / per
+    ci = question_clustered(acc, np.zeros_like(acc))
+    no_answer, cut, tokens = (row.get(k, float("nan")) for k in ("val_no_answer", "val_cut", "val_tokens"))
+    return (
+        f"held-out accuracy at step {row['step']}: {row['val_accuracy']:.3f} (95% interval {ci.low:.3f}-"
+        f"{ci.high:.3f}, {n} problems x {per} draw{'s' * (per > 1)}); no answer {no_answer:.1%}, cut at {cap} tokens "
+        f"{cut:.1%}, {tokens:.0f} tokens a response"
+    )

@@ -128,7 +128,14 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
         gt=1,
     )
     # --- batching and optimisation
-    steps: int = _f(40, "training steps (rollout batches)", ge=1, size_limit=1_000_000_000, resume_safe=True)
+    steps: int = _f(
+        40,
+        "training steps (rollout batches); 0: score the model once on the held-out problems (a fresh out_dir, no "
+        "training, no checkpoint)",
+        ge=0,
+        size_limit=1_000_000_000,
+        resume_safe=True,
+    )
     prompts_per_step: int = _f(8, "P_train groups trained per step", ge=1, size_limit=1_000_000)
     gen_prompts: int = _f(
         16,

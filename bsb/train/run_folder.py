@@ -112,6 +112,12 @@ class RunFolder:
         world.barrier()
 
     # ------------------------------------------------------------ resume
+    def check_fresh(self, why: str) -> None:
+        """Refuse a folder that holds a run (a checkpoint or metrics rows): ``why`` writes only a fresh one."""
+        held = self.ckpt.exists() or (self.metrics.exists() and self.metrics.stat().st_size > 0)
+        if held:
+            raise ValueError(f"{why} in a fresh out_dir; {self.out} holds a run (its checkpoint or metrics)")
+
     def resume_state(self, cfg, resume: bool) -> tuple[dict | None, dict]:
         """The checkpoint's state to resume from (None: start at step 0) and the config changes ``resume_changes``
         allowed (recorded in the next metrics row). Checked before any model loads: the state's shape, every file

@@ -42,7 +42,7 @@ from bsb.engine.probe import SelectorConfig, answer_tokens, check_against_model,
 from bsb.engine.reader import bind_reader, read_path
 from bsb.engine.selectors import make_selector
 from bsb.engine.weight_sync import check_gap, check_ids, sync_gap
-from bsb.tasks.base import Problem, hook
+from bsb.tasks.base import NO_ANSWER_REASONS, Problem, hook
 from bsb.tasks.registry import make_task
 from bsb.train import phases
 from bsb.train.answer_watch import AnswerWatch
@@ -57,6 +57,7 @@ from bsb.train.sharding import place_policy
 from bsb.train.update import update_policy
 
 log = logging.getLogger(__name__)
+VAL_CHUNK = 64  # held-out problems a validation request decodes (the progress bar's step)
 
 
 class Trainer:
@@ -80,6 +81,8 @@ class Trainer:
         self.dtype = resolve_dtype(cfg.dtype, self.device)
         self.folder = RunFolder(Path(cfg.out_dir), self.world)
         self.out = self.folder.out
+        if cfg.steps == 0:  # a score, never written over a run
+            self.folder.check_fresh("steps=0 scores a model")
         state, self.resumed_changes = self.folder.resume_state(cfg, resume)  # checked before any model loads
         # rank 0 builds (or finds) the embedded model first: one writer of the cache
         self.model_path = self.world.main_first(lambda: resolve_model(cfg.model, self.task))
@@ -303,29 +306,49 @@ class Trainer:
         """Accuracy on the held-out problems, decoded as the paper validates (temperature 1.0, top-p 0.95, by
         default; ``val_temperature=0`` is greedy), ``val_samples`` draws per problem with fixed seeds (the same
         draws for every run and step, so curves compare with less noise). ``val_correct`` lists each problem's
-        correct draws, for paired statistics across runs."""
+        correct draws, for paired statistics across runs; ``val_no_answer`` is the share of draws holding no answer
+        the task can read, ``val_cut`` the share stopped by ``max_response_len`` before the EOS, ``val_tokens`` the
+        mean response length."""
         cfg = self.cfg
+        from tqdm import tqdm
+
         lo, hi = self.world.split(len(self.val_problems))  # data parallel: each rank decodes its share
         mine = self.val_problems[lo:hi]
         n = 1 if cfg.val_temperature == 0 else cfg.val_samples
-        counts = []
+        rows = []  # per problem: correct, no-answer and cut draws, tokens
+        bar = tqdm(total=len(mine), desc="validating", leave=False, disable=not (cfg.progress and self.world.main))
         # every rank gathers the weights (a collective), even one with no share of a small held-out set
-        with self.placement.whole_weights(self.backend is self.hf):
-            if mine:
-                prompts = [self._encode(p) for p in mine]
+        with self.placement.whole_weights(self.backend is self.hf), bar:
+            for start in range(0, len(mine), VAL_CHUNK):  # a chunk a request: the bar moves, the batch stays large
+                part = mine[start : start + VAL_CHUNK]
+                prompts = [self._encode(p) for p in part]
                 outs = self.backend.generate(
                     [p for p in prompts for _ in range(n)],
                     max_new_tokens=cfg.max_response_len,
                     temperature=cfg.val_temperature,
                     top_p=cfg.val_top_p if cfg.val_temperature else 1.0,
-                    seed=VAL_SEED + lo * n,  # request i of the whole set draws from VAL_SEED + i on any rank
+                    seed=VAL_SEED + (lo + start) * n,  # request i of the whole set draws from VAL_SEED + i anywhere
                     eos_token_id=self.eos,
                 )
                 texts = self.tok.batch_decode(outs, skip_special_tokens=True)
-                ok = [self.task.verify(texts[i * n + j], p).correct for i, p in enumerate(mine) for j in range(n)]
-                counts = [sum(ok[i * n : (i + 1) * n]) for i in range(len(mine))]
-        counts = [c for part in self.world.gather(counts) for c in part]
-        return {"val_accuracy": sum(counts) / (n * len(counts)), "val_correct": counts, "val_samples": n}
+                bar.update(len(part))
+                for i, p in enumerate(part):
+                    verdicts = [self.task.verify(texts[i * n + j], p) for j in range(n)]
+                    draws = outs[i * n : (i + 1) * n]
+                    cut = sum(len(o) >= cfg.max_response_len and o[-1] != self.eos for o in draws)
+                    no_answer = sum(v.reason in NO_ANSWER_REASONS for v in verdicts)
+                    rows.append((sum(v.correct for v in verdicts), no_answer, cut, sum(map(len, draws))))
+        rows = [r for part in self.world.gather(rows) for r in part]
+        draws = n * len(rows)
+        correct, no_answer, cut, tokens = (sum(col) for col in zip(*rows))
+        return {
+            "val_accuracy": correct / draws,
+            "val_correct": [r[0] for r in rows],
+            "val_samples": n,
+            "val_no_answer": no_answer / draws,
+            "val_cut": cut / draws,
+            "val_tokens": tokens / draws,
+        }
 
     # ---------------------------------------------------------------- the run
     def run(self) -> list[dict]:
@@ -369,7 +392,8 @@ class Trainer:
             )
             if (cfg.save_every and self.step % cfg.save_every == 0) or self.step == cfg.steps:
                 self.save()
-        self.export(self.out / "final")
+        if cfg.steps:
+            self.export(self.out / "final")
         self.folder.close()
         return rows
 

@@ -89,6 +89,19 @@ def test_bsb_data_takes_a_file_or_a_dataset_not_both_or_neither(capsys):
         assert "give a problem file or --dataset NAME" in capsys.readouterr().err
 
 
+def test_bsb_data_writes_a_held_out_file_only_from_a_dataset(capsys, tmp_path):
+    from bsb.cli import main
+
+    parser = _parser(data)
+    with pytest.raises(SystemExit):
+        from_args(data.DataConfig, parser.parse_args(["f.jsonl", "--write", str(tmp_path / "h.jsonl")]), parser)
+    assert "--write writes a reasoning-gym dataset's held-out problems: give --dataset NAME" in capsys.readouterr().err
+    pytest.importorskip("reasoning_gym", reason="reasoning-gym is not installed")
+    out = tmp_path / "h.jsonl"
+    assert main(["data", "--dataset", "gsm_symbolic", "--rows", "0", "--write", str(out), "--count", "3"]) == 0
+    assert len(out.read_text().splitlines()) == 3 and f"task_options.val_file={out}" in capsys.readouterr().out
+
+
 # The flags the hand-written command line had before they were generated (name: default), kept as they were.
 GOLDEN = {
     demo: {"--chains": 4, "--max-response": 256, "--n-mc": 8, "--temperature": 1.0, "--seed": 0, "--out": "bsb_demo.png",

@@ -99,3 +99,51 @@ def test_bsbs_grader_and_score_answer_agree_but_where_listed(task):
     print(f"score_answer and bsb's grader agree on {agree} of {total} answers; disagree on "
           f"{', '.join(f'{f} ({n})' for (f, same), n in sorted(seen.items()) if not same)}")
     assert {f for f, same in seen if not same} == set(DISAGREE)
+
+
+def test_a_held_out_file_reads_back_as_written_and_refuses_any_other(task, tmp_path):
+    import json
+
+    from bsb.tasks.reasoning_gym import gym_version, held_out_file
+
+    path = tmp_path / "held.jsonl"
+    path.write_text(held_out_file("gsm_symbolic", 5))
+    written = task.held_out(5)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["index"] for r in rows] == list(range(5)) and {r["seed"] for r in rows} == {HELD_OUT_SEED}
+    assert rows[0]["reasoning_gym"] == gym_version() and rows[0]["options"] == {}
+    from_file = make_task("reasoning_gym", {"val_file": str(path)})
+    assert from_file.held_out(5) == written  # the same problems, the scorer's entries included
+    assert from_file.verify(f"\\boxed{{{written[2].answer}}}", from_file.held_out(5)[2]).correct
+    with pytest.raises(ValueError, match=r"6 held-out problems asked, 5 in .*held.jsonl"):
+        from_file.held_out(6)
+
+    def refused(edit, match, options=None):
+        bad = [dict(r) for r in rows]
+        edit(bad)
+        path.write_text("".join(json.dumps(r) + "\n" for r in bad))
+        with pytest.raises(ValueError, match=match):
+            make_task("reasoning_gym", {"val_file": str(path), **(options or {})})
+
+    refused(lambda b: b[3].update(answer="7"), r"line 4: reasoning-gym .* generates another problem")
+    refused(lambda b: b[0].update(question=b[0]["question"] + " Hint: 918."), "line 1: .*written by reasoning-gym 0")
+    refused(lambda b: b[1].pop("seed"), r"line 2: not a held-out row \(fields seed missing")
+    refused(lambda b: b[2].update(index="2"), "fields index missing or of the wrong type")
+    refused(lambda b: b.reverse(), r"rows must be items 0, 1, \.\.\. of one dataset, options and seed")
+    refused(lambda b: [r.update(seed=12345) for r in b], "seed 12345 is in the training draws' range")
+    refused(lambda b: None, "holds gsm_symbolic {}, the task is gsm_symbolic {'difficulty'", {"difficulty": 1.0})
+    path.write_text("")
+    with pytest.raises(ValueError, match="no problems"):
+        make_task("reasoning_gym", {"val_file": str(path)})
+    path.write_text("[1, 2]\n")
+    with pytest.raises(ValueError, match="not a held-out row"):
+        make_task("reasoning_gym", {"val_file": str(path)})
+
+
+def test_the_committed_held_out_file_is_the_held_out_set():
+    """examples/problems/gsm_symbolic_heldout.jsonl: the fixed benchmark of docs/RESULTS.md, 256 problems."""
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "examples" / "problems" / "gsm_symbolic_heldout.jsonl"
+    held = make_task("reasoning_gym", {"val_file": str(path)}).held_out(256)
+    assert held == ReasoningGymTask().held_out(256) and len({p.prompt for p in held}) == 256

@@ -113,6 +113,30 @@ def test_kept_weights_the_best_and_their_export_load_in_transformers(model_dir, 
     assert weight_steps(tmp_path) == [] and best_weights(tmp_path) is None
 
 
+def test_steps_0_scores_the_model_once_in_a_fresh_folder_and_never_over_a_run(model_dir, tmp_path, capsys):
+    from bsb.cli import main
+
+    tr = Trainer(config(model_dir, tmp_path / "score", steps=0, val_problems=6))
+    rows = tr.run()
+    tr.close()
+    assert [r["step"] for r in rows] == [0] and len(rows[0]["val_correct"]) == 6
+    row = rows[0]  # what a score reads: accuracy, and why responses earned nothing
+    assert 0 <= row["val_no_answer"] <= 1 and 0 <= row["val_cut"] <= 1 and 0 < row["val_tokens"] <= 48
+    assert row["val_accuracy"] == sum(row["val_correct"]) / 6
+    assert not (tmp_path / "score" / "final").exists() and not (tmp_path / "score" / "checkpoint").exists()
+    with pytest.raises(ValueError, match="steps=0 scores a model in a fresh out_dir; .* holds a run"):
+        Trainer(config(model_dir, tmp_path / "score", steps=0))
+    Trainer(config(model_dir, tmp_path / "run", steps=1, val_problems=2)).run()
+    with pytest.raises(ValueError, match="holds a run"):  # a run's folder: its metrics are never written over
+        Trainer(config(model_dir, tmp_path / "run", steps=0))
+    overrides = [f"model={model_dir}", "backend=hf", "task=arith", "task_options.ops=[1]", "steps=0", "val_problems=5",
+                 "max_response_len=48", f"out_dir={tmp_path / 'cli'}", "progress=false"]
+    assert main(["train", "--set", *overrides]) == 0
+    out = capsys.readouterr().out
+    assert "held-out accuracy at step 0: " in out and "95% interval" in out and "5 problems x 1 draw" not in out
+    assert "5 problems x 4 draws" in out and "final model" not in out and "no answer" in out
+
+
 def test_resume_continues_exactly(model_dir, tmp_path):
     straight = Trainer(config(model_dir, tmp_path / "a", steps=3, dynamic_sampling=False))
     straight.run()
