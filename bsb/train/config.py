@@ -364,12 +364,9 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrainConfig:
-        import yaml
-
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: a config file must be a mapping of field: value")
-        return cls.from_dict(data)
+        """A config file: ``field: value`` pairs, and optionally ``base: FILE`` (relative to this file), a config
+        whose fields this one starts from and overrides (``task_options`` merged option by option)."""
+        return cls.from_dict(read_yaml(Path(path)))
 
     def largest_micro_batch(self) -> tuple[int, int, bool]:
         """The update's largest micro-batch as the memory model sees it (:mod:`bsb.engine.activations`): ``(rows,
@@ -511,3 +508,25 @@ def parse_overrides(pairs: list[str], base: dict | None = None) -> dict:
             node = node[name]
         node[parts[-1]] = yaml.safe_load(value)
     return out
+
+
+def read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """A config file's fields with its ``base:`` chain applied (:meth:`TrainConfig.from_yaml`)."""
+    import yaml
+
+    if path.resolve() in seen:
+        raise ValueError(f"{path}: its base chain comes back to it ({' -> '.join(map(str, (*seen, path)))})")
+    if not path.is_file():
+        raise FileNotFoundError(f"no config file at {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a config file must be a mapping of field: value")
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise ValueError(f"{path}: base must name a config file, got {base!r}")
+    merged = read_yaml(path.parent / base, (*seen, path.resolve()))
+    if isinstance(merged.get("task_options"), dict) and isinstance(data.get("task_options"), dict):
+        data["task_options"] = {**merged["task_options"], **data["task_options"]}
+    return {**merged, **data}

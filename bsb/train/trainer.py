@@ -363,7 +363,8 @@ class Trainer:
         if self.step == 0:
             rows.append({"step": 0, **self.validate()})
             self.folder.record(rows[-1])
-            self.folder.keep_weights(rows[-1], self.placement, self.tok, cfg)
+            if cfg.steps:  # a score keeps no weights
+                self.folder.keep_weights(rows[-1], self.placement, self.tok, cfg)
         watch = AnswerWatch(self.task.name, hook(self.task, "answer_format")(), cfg.prompt_format, example)
         bar = tqdm(
             range(self.step, cfg.steps),

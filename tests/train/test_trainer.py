@@ -116,14 +116,14 @@ def test_kept_weights_the_best_and_their_export_load_in_transformers(model_dir, 
 def test_steps_0_scores_the_model_once_in_a_fresh_folder_and_never_over_a_run(model_dir, tmp_path, capsys):
     from bsb.cli import main
 
-    tr = Trainer(config(model_dir, tmp_path / "score", steps=0, val_problems=6))
+    tr = Trainer(config(model_dir, tmp_path / "score", steps=0, val_problems=6, keep_best=True, keep_last=-1))
     rows = tr.run()
     tr.close()
     assert [r["step"] for r in rows] == [0] and len(rows[0]["val_correct"]) == 6
     row = rows[0]  # what a score reads: accuracy, and why responses earned nothing
     assert 0 <= row["val_no_answer"] <= 1 and 0 <= row["val_cut"] <= 1 and 0 < row["val_tokens"] <= 48
     assert row["val_accuracy"] == sum(row["val_correct"]) / 6
-    assert not (tmp_path / "score" / "final").exists() and not (tmp_path / "score" / "checkpoint").exists()
+    assert {p.name for p in (tmp_path / "score").iterdir()} == {".lock", "config.yaml", "metrics.jsonl"}  # no weights
     with pytest.raises(ValueError, match="steps=0 scores a model in a fresh out_dir; .* holds a run"):
         Trainer(config(model_dir, tmp_path / "score", steps=0))
     Trainer(config(model_dir, tmp_path / "run", steps=1, val_problems=2)).run()
@@ -215,6 +215,25 @@ def test_yaml_round_trip(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg.to_dict()))
     assert TrainConfig.from_yaml(path) == cfg
+
+
+def test_a_config_file_starts_from_its_base_and_overrides_it(tmp_path):
+    (tmp_path / "arms").mkdir()
+    (tmp_path / "base.yaml").write_text("steps: 7\nselector: entropy\nlr: 1e-5\ntask_options: {ops: [2], max_operand: 3}\n")
+    arm = tmp_path / "arms" / "arm.yaml"
+    arm.write_text("base: ../base.yaml\nselector: midpoint\ntask_options: {ops: [4]}\n")
+    cfg = TrainConfig.from_yaml(arm)
+    assert (cfg.steps, cfg.selector, cfg.lr) == (7, "midpoint", 1e-5)
+    assert cfg.task_options == {"ops": [4], "max_operand": 3}  # merged option by option
+    (tmp_path / "base.yaml").write_text("base: arms/arm.yaml\n")
+    with pytest.raises(ValueError, match="its base chain comes back to it"):
+        TrainConfig.from_yaml(arm)
+    arm.write_text("base: [1]\n")
+    with pytest.raises(ValueError, match="base must name a config file"):
+        TrainConfig.from_yaml(arm)
+    arm.write_text("base: nowhere.yaml\n")
+    with pytest.raises(FileNotFoundError, match="no config file at .*nowhere.yaml"):
+        TrainConfig.from_yaml(arm)
 
 
 def test_yaml_numbers_and_type_errors(tmp_path):
