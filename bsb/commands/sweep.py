@@ -29,6 +29,7 @@ from bsb.eval.sweep_summary import (
     add_differences,
     config_summary,
     figure_series,
+    run_lines,
     seed_interval,
     step_mean,
     table_lines,
@@ -219,6 +220,8 @@ def summarize(runs: list[Run], out: str | Path, reference: str | None = None, re
         configs[name] = {"best_weights": kept, "fork_yield": fork_yield, "fork_yield_hw": fork_yield_hw, **summary}
     add_differences(configs, reference, resamples)
     lines = table_lines(configs, reference, seeds)
+    lines += ["", "Each run (its own best: the first step at its maximum):", ""]
+    lines += run_lines([(r.name, r.seed, _rows(r)) for r in runs])
     out.mkdir(parents=True, exist_ok=True)
     write_whole(out / "table.md", "\n".join(lines) + "\n")
     sweep_curves(

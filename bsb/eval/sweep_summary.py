@@ -132,6 +132,29 @@ def table_lines(configs: dict[str, dict], reference: str, seeds: Sequence[int]) 
     return lines
 
 
+def run_lines(runs: Sequence[tuple[str, int, Sequence[dict]]]) -> list[str]:
+    """One row per run ``(config, seed, metrics rows)``: its start, best (the first maximum) and final held-out
+    accuracy, the tokens it generated and trained on, its mean probe share and step time, and its training hours."""
+    lines = [
+        "| run | start | best (step) | final | tokens generated | tokens trained | probe share | s a step | train h |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, seed, rows in runs:
+        vals = [(r["step"], r["val_accuracy"]) for r in rows if "val_accuracy" in r]
+        train = [r for r in rows if "rollout" in r]
+        if not vals:
+            continue
+        step, best = max(vals, key=lambda v: (v[1], -v[0]))
+        total = sum(float(r.get("time_step", 0.0)) for r in train)
+        lines.append(
+            f"| {name}-s{seed} | {vals[0][1]:.3f} | {best:.3f} ({step}) | {vals[-1][1]:.3f} | "
+            f"{sum(int(r.get('tokens_generated', 0)) for r in train):,} | "
+            f"{sum(int(r.get('tokens_trained', 0)) for r in train):,} | {step_mean(train, 'probe_frac'):.3f} | "
+            f"{step_mean(train, 'time_step'):.0f} | {total / 3600:.2f} |"
+        )
+    return lines
+
+
 def figure_series(configs: dict[str, dict]) -> tuple[dict, dict, dict]:
     """What the sweep's figure draws per config: the raw seed-mean curve and its moving average as (steps, values),
     and the best-aggregate point (step, accuracy)."""
