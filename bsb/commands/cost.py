@@ -266,6 +266,7 @@ def memory_report(
     from rich.console import Console
     from rich.table import Table
 
+    from bsb.engine.activations import worst_micro_batch
     from bsb.engine.device import memory_plan, model_params, rollout_architecture, rollout_state_bytes
     from bsb.train.config import TrainConfig
 
@@ -277,7 +278,7 @@ def memory_report(
         cfg = TrainConfig.from_yaml(path)
         models.setdefault((cfg.model, cfg.vllm_gpu_memory_utilization), []).append(str(path))
         longest[cfg.model] = max(longest.get(cfg.model, 0), cfg.max_prompt_len + cfg.max_response_len)
-        updates.setdefault(cfg.model, []).append(cfg.largest_micro_batch())
+        updates.setdefault(cfg.model, []).extend(cfg.micro_batch_shapes())
     title = f"Memory a GPU holds ({gpu_bytes / 1e9:.0f} GB each), GB: FSDP2-sharded trainer, engine"
     cols = (
         "model",
@@ -308,7 +309,7 @@ def memory_report(
             if state
             else "— (no config.json)"
         )
-        update = _worst_update(arch, updates[model])
+        update = worst_micro_batch(arch, updates[model])
         for g in gpus:
             plan = memory_plan(n, g, gpu_bytes, util)
             acts, ckpt_rows = _update_fit(arch, update, plan)
@@ -351,15 +352,6 @@ def memory_report(
         "set micro_batch_tokens to rows x tokens)."
     )
     return rows
-
-
-def _worst_update(arch, shapes: list) -> tuple[int, int, bool]:
-    """Of the micro-batches ``(rows, width, checkpointing)`` a model's configs set, the one that keeps the most."""
-    from bsb.engine.activations import update_activation_bytes
-
-    if arch is None:
-        return max(shapes)
-    return max(shapes, key=lambda s: update_activation_bytes(arch, *s) or 0)
 
 
 def _update_fit(arch, update: tuple[int, int, bool], plan: dict) -> tuple[float | None, int | None]:

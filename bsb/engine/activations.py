@@ -87,6 +87,14 @@ def update_activation_bytes(
     return kept + mask_bytes(config, rows, width, checkpointing, dtype)
 
 
+def worst_micro_batch(config, shapes: list[tuple[int, int, bool]]) -> tuple[int, int, bool]:
+    """Of the micro-batches ``(rows, width, checkpointing)`` an update can form, the one that keeps the most (the most
+    token positions where ``config`` is None or its family has no figure)."""
+    if config is None:
+        return max(shapes, key=lambda s: (s[0] * s[1], s))
+    return max(shapes, key=lambda s: (update_activation_bytes(config, *s) or 0, s[0] * s[1]))
+
+
 def saved_bytes(model, ids, dtype: str = "float32", attention_mask=None) -> int:
     """What a forward of ``model`` (its decoder, no head) on ``ids`` keeps for the backward, measured: the bytes of
     the distinct storages its autograd graph saves, parameters left out; under CPU autocast when ``dtype`` is

@@ -245,13 +245,13 @@ def memory_plan(params: float, world_size: int, gpu_bytes: float, gpu_memory_uti
 
 
 def check_colocation(
-    path, device: torch.device, gpu_memory_utilization: float, world_size: int = 1, update: tuple | None = None
+    path, device: torch.device, gpu_memory_utilization: float, world_size: int = 1, update: list | None = None
 ) -> None:
     """The trainer next to a vLLM engine on one GPU needs its fp32 weights, gradients and two AdamW moments (16 bytes
     a parameter; sharded over ``world_size`` ranks with FSDP2, 16·P/N a rank) in what the engine leaves, and beside
-    them the activations of its largest micro-batch, ``update`` = (rows, tokens a row, gradient checkpointing)
-    (:mod:`bsb.engine.activations`; a family it does not model is not checked): a share that leaves less is one error
-    before any model loads, naming the fix."""
+    them the activations of its largest micro-batch, the worst of ``update``'s shapes (rows, tokens a row, gradient
+    checkpointing; ``TrainConfig.micro_batch_shapes``, :mod:`bsb.engine.activations`; a family it does not model is
+    not checked): a share that leaves less is one error before any model loads, naming the fix."""
     total = torch.cuda.get_device_properties(device).total_memory
     plan = memory_plan(checkpoint_params(path), world_size, total, gpu_memory_utilization)
     need, room = plan["trainer_bytes"], plan["trainer_room"]
@@ -263,10 +263,11 @@ def check_colocation(
             f"{need / 2**30:.1f} GiB a GPU{ranks}; "
             "lower vllm_gpu_memory_utilization or launch more ranks (torchrun --nproc_per_node)"
         )
-    from bsb.engine.activations import update_activation_bytes
+    from bsb.engine.activations import update_activation_bytes, worst_micro_batch
 
-    arch = rollout_architecture(path) if update is not None else None
-    acts = update_activation_bytes(arch, *update) if arch is not None else None
+    arch = rollout_architecture(path) if update else None
+    update = worst_micro_batch(arch, update) if arch is not None else None
+    acts = update_activation_bytes(arch, *update) if update is not None else None
     if acts is not None and need + acts > room:
         rows, width, checkpointing = update
         fit = int((room - need) // update_activation_bytes(arch, 1, width, True))

@@ -368,13 +368,18 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
         whose fields this one starts from and overrides (``task_options`` merged option by option)."""
         return cls.from_dict(read_yaml(Path(path)))
 
-    def largest_micro_batch(self) -> tuple[int, int, bool]:
-        """The update's largest micro-batch as the memory model sees it (:mod:`bsb.engine.activations`): ``(rows,
-        tokens a row, gradient checkpointing)``, rows of the longest prompt + response, ``micro_batch`` of them or as
-        many as ``micro_batch_tokens`` holds (at least one)."""
-        width = self.max_prompt_len + self.max_response_len
-        rows = min(self.micro_batch, self.micro_batch_tokens // width) if self.micro_batch_tokens else self.micro_batch
-        return max(1, rows), width, self.gradient_checkpointing
+    def micro_batch_shapes(self) -> list[tuple[int, int, bool]]:
+        """The largest micro-batches the update can form, as the memory model sees them (:mod:`bsb.engine.activations`:
+        ``(rows, tokens a row, gradient checkpointing)``); the start check prices the worst of them. Without a token
+        budget, ``micro_batch`` rows of the longest prompt + response. With ``micro_batch_tokens``, the update prices a
+        micro-batch padded (rows x its widest row, ``bsb.train.update``), so it admits one row of the longest length
+        (a row over the budget goes alone) and, for each row count r up to ``micro_batch``, r rows padded to the
+        widest that fits (``micro_batch_tokens // r``)."""
+        width, ckpt = self.max_prompt_len + self.max_response_len, self.gradient_checkpointing
+        if not self.micro_batch_tokens:
+            return [(self.micro_batch, width, ckpt)]
+        wide = [(r, min(width, self.micro_batch_tokens // r), ckpt) for r in range(2, self.micro_batch + 1)]
+        return [(1, width, ckpt)] + [s for s in wide if s[1] > 0]
 
     def to_dict(self) -> dict:
         """The fields and their values (copies), model and task first, the probe options beside the selector."""
@@ -516,8 +521,6 @@ def read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
 
     if path.resolve() in seen:
         raise ValueError(f"{path}: its base chain comes back to it ({' -> '.join(map(str, (*seen, path)))})")
-    if not path.is_file():
-        raise FileNotFoundError(f"no config file at {path}")
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a config file must be a mapping of field: value")

@@ -18,7 +18,7 @@ from bsb.train.tree_pack import tree_attention_on, tree_logprobs, tree_update_re
 class PathPass:
     """Each row its own sequence: rank units are single rows."""
 
-    name, groups = "path", False
+    name, groups, pads = "path", False, True  # a micro-batch's rows padded to its widest
 
     def context(self, policy):
         return contextlib.nullcontext()
@@ -33,7 +33,7 @@ class PathPass:
 class TreePass:
     """Each micro-batch's shared prompt and fork prefixes once: rank units are fork groups."""
 
-    name, groups = "tree", True
+    name, groups, pads = "tree", True, False  # one flat sequence of unique tokens
 
     def context(self, policy):
         return tree_attention_on(policy)

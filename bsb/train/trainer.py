@@ -87,7 +87,7 @@ class Trainer:
         # rank 0 builds (or finds) the embedded model first: one writer of the cache
         self.model_path = self.world.main_first(lambda: resolve_model(cfg.model, self.task))
         if self.device.type == "cuda" and cfg.backend != "hf":
-            update = cfg.largest_micro_batch()
+            update = cfg.micro_batch_shapes()
             check_colocation(self.model_path, self.device, cfg.vllm_gpu_memory_utilization, self.world.size, update)
         plain_ckpt = state is not None and not self.folder.sharded
         load_from = self.folder.ckpt / "model" if plain_ckpt else self.model_path

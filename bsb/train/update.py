@@ -142,24 +142,31 @@ def _unit_tokens(rows: list[Row], unit: list[int]) -> int:
     return len(first.prompt) + first.prefix_len + sum(len(rows[i].response) - rows[i].prefix_len for i in unit)
 
 
-def _chunks(units: list[list[int]], size: int, tokens=None, budget: int = 0) -> list[list[int]]:
+def _positions(rows: list[Row], units: list[list[int]], pads: bool) -> int:
+    """Token positions a forward of one micro-batch made of ``units`` computes: every row padded to the widest where
+    the pass pads (per path), else each unit's prompt and shared prefix once and its rows' own tails (tree-packed)."""
+    if pads:
+        idx = [i for u in units for i in u]
+        return len(idx) * max(len(rows[i].prompt) + len(rows[i].response) for i in idx)
+    return sum(_unit_tokens(rows, u) for u in units)
+
+
+def _chunks(units: list[list[int]], size: int, cost=None, budget: int = 0) -> list[list[int]]:
     """Micro-batches from ``units`` in order, each at most ``size`` rows and, with a ``budget``, at most ``budget``
-    tokens (``tokens(unit)``); a unit that fits is not split, one that does not goes in runs of its rows (a row over
-    the budget alone)."""
+    token positions (``cost(pieces)``: what a micro-batch of those pieces computes, padding included); a unit that fits
+    is not split, one that does not goes in runs of its rows (a row over the budget alone)."""
 
-    def fits(n: int, t: int) -> bool:
-        return n <= size and (not budget or t <= budget)
+    def fits(pieces: list[list[int]]) -> bool:
+        return sum(map(len, pieces)) <= size and (not budget or cost(pieces) <= budget)
 
-    out, cur, used = [], [], 0
+    out, cur = [], []
     for unit in units:
-        pieces = [unit] if fits(len(unit), tokens(unit) if budget else 0) else [[i] for i in unit]
-        for piece in pieces:
-            t = tokens(piece) if budget else 0
-            if cur and not fits(len(cur) + len(piece), used + t):
-                out.append(cur)
-                cur, used = [], 0
-            cur, used = cur + piece, used + t
-    return out + ([cur] if cur else [])
+        for piece in [unit] if fits([unit]) else [[i] for i in unit]:
+            if cur and not fits([*cur, piece]):
+                out.append([i for p in cur for i in p])
+                cur = []
+            cur.append(piece)
+    return out + ([[i for p in cur for i in p]] if cur else [])
 
 
 def _plan(rows: list[Row], todos: list[list[int]], cfg: TrainConfig, world: World) -> tuple[list[list[int]], int]:
@@ -169,7 +176,8 @@ def _plan(rows: list[Row], todos: list[list[int]], cfg: TrainConfig, world: Worl
     def chunks(w: World) -> list[list[int]]:
         mine = [i for todo in todos for unit in w.part(_units(rows, todo, cfg.update_packing)) for i in unit]
         units = _units(rows, mine, cfg.update_packing)
-        return _chunks(units, cfg.micro_batch, lambda unit: _unit_tokens(rows, unit), cfg.micro_batch_tokens)
+        pads = PASSES[cfg.update_packing].pads
+        return _chunks(units, cfg.micro_batch, lambda pieces: _positions(rows, pieces, pads), cfg.micro_batch_tokens)
 
     most = max(len(chunks(replace(world, rank=r))) for r in range(world.size))
     return chunks(world), most

@@ -232,7 +232,7 @@ def test_a_config_file_starts_from_its_base_and_overrides_it(tmp_path):
     with pytest.raises(ValueError, match="base must name a config file"):
         TrainConfig.from_yaml(arm)
     arm.write_text("base: nowhere.yaml\n")
-    with pytest.raises(FileNotFoundError, match="no config file at .*nowhere.yaml"):
+    with pytest.raises(FileNotFoundError, match="No such file.*nowhere.yaml"):
         TrainConfig.from_yaml(arm)
 
 
@@ -456,11 +456,43 @@ def test_colocation_check_refuses_an_update_whose_activations_do_not_fit(tmp_pat
     assert update_activation_bytes(cfg, 4, 8192, False) > 2**30
     with pytest.raises(ValueError, match=r"micro-batch of 4 x 8,192 tokens keeps about .* GiB of activations .* "
                                          r"set gradient_checkpointing=true and micro_batch_tokens=\d+"):
-        D.check_colocation(tmp_path, torch.device("cuda"), 0.5, update=(4, 8192, False))
-    D.check_colocation(tmp_path, torch.device("cuda"), 0.5, update=(1, 8192, True))
+        D.check_colocation(tmp_path, torch.device("cuda"), 0.5, update=[(4, 8192, False)])
+    D.check_colocation(tmp_path, torch.device("cuda"), 0.5, update=[(1, 8192, True)])
     small = config("unused", tmp_path / "r", micro_batch=4, micro_batch_tokens=9000, max_prompt_len=192,
                    max_response_len=8000, gradient_checkpointing=True)
-    assert small.largest_micro_batch() == (1, 8192, True)
+    # a row of the longest length alone, or r rows padded to the widest that fits the budget (priced padded)
+    assert small.micro_batch_shapes() == [(1, 8192, True), (2, 4500, True), (3, 3000, True), (4, 2250, True)]
+    assert config("unused", tmp_path / "r", micro_batch=3).micro_batch_shapes() == [(3, 48 + 256, False)]
+
+
+def test_the_start_check_prices_the_worst_micro_batch_a_paper_budget_admits(tmp_path, monkeypatch):
+    """Qwen3-8B's recipe (micro_batch_tokens 26,048 = one row of 2,048 + 24,000): the update prices micro-batches
+    padded, so no micro-batch holds more than 26,048 positions; the start check prices the worst shape of them, a
+    padded pair whose masks one row does not keep, never a 20,000-token row with three others (80,000 positions)."""
+    from pathlib import Path
+
+    from bsb.engine import device as D
+    from bsb.engine.activations import update_activation_bytes, worst_micro_batch
+
+    recipe = TrainConfig.from_yaml(Path(__file__).parents[2] / "configs" / "paper" / "qwen3-8b" / "math" / "probe_js.yaml")
+    shapes = recipe.micro_batch_shapes()
+    assert shapes[0] == (1, 26_048, True) and all(r * w <= 26_048 for r, w, _ in shapes)
+    arch = transformers.Qwen3Config(vocab_size=151_936, hidden_size=4096, intermediate_size=12_288, num_hidden_layers=36,
+                                    num_attention_heads=32, num_key_value_heads=8, head_dim=128)
+    worst = worst_micro_batch(arch, shapes)
+    assert worst[0] > 1 and update_activation_bytes(arch, *worst) > update_activation_bytes(arch, 1, 26_048, True)
+    assert update_activation_bytes(arch, *worst) < update_activation_bytes(arch, 4, 20_000, True) / 2
+    arch.save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"0" * 2000)  # 1,000 bf16 parameters: only the activations count
+
+    class Props:
+        total_memory = 85 * 10**9
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: Props())
+    need = update_activation_bytes(arch, *worst)
+    with pytest.raises(ValueError, match=rf"micro-batch of {worst[0]} x {worst[1]:,} tokens keeps about "
+                                         rf"{need / 2**30:.1f} GiB"):
+        D.check_colocation(tmp_path, torch.device("cuda"), 1 - (need - 2**30) / 85e9, update=shapes)
 
 
 @pytest.mark.parametrize("left", ["tmp_and_old", "old_only"])

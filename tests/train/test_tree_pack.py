@@ -299,23 +299,43 @@ def test_a_token_budget_packs_whole_fork_groups_and_splits_only_what_does_not_fi
     units = update._units(rows, list(range(len(rows))), "tree")
     cost = lambda unit: update._unit_tokens(rows, unit)  # noqa: E731
     assert [cost(u) for u in units] == [18, 19, 19, 9, 14, 16, 7, 9, 5]  # prompt + shared prefix once, then tails
+    packed = lambda pieces: update._positions(rows, pieces, pads=False)  # noqa: E731  (what the tree pass computes)
 
     def chunk_cost(chunk, budget):  # each whole group at its cost, the rows of a split one at their own
         return sum(cost(u) if cost(u) <= budget else sum(cost([i]) for i in u if i in chunk)
                    for u in units if set(u) & set(chunk))
 
     for budget in (16, 20, 40, 400):
-        chunks = update._chunks(units, 8, cost, budget)
+        chunks = update._chunks(units, 8, packed, budget)
         assert [i for c in chunks for i in c] == list(range(len(rows)))
         assert all(len(c) <= 8 and (chunk_cost(c, budget) <= budget or len(c) == 1) for c in chunks)
         whole = [u for u in units if cost(u) <= budget and len(u) <= 8]
         assert all(any(set(u) <= set(c) for c in chunks) for u in whole)  # a group that fits is never split
     # groups of 18 + 19 tokens fit 40 together; 19 + 9 + 14 would not: a new micro-batch, and so on in order
-    assert update._chunks(units, 8, cost, 40) == [units[0] + units[1], units[2] + units[3],
+    assert update._chunks(units, 8, packed, 40) == [units[0] + units[1], units[2] + units[3],
                                                   units[4] + units[5] + units[6], units[7] + units[8]]
     # a budget below a group's 18 tokens: its rows go one by one (each a row's own prompt + response)
-    assert update._chunks(units[:1], 8, cost, 16) == [[0], [1], [2]]
+    assert update._chunks(units[:1], 8, packed, 16) == [[0], [1], [2]]
     assert update._chunks(units, 4) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16], [17]]
+
+
+def test_a_padding_pass_prices_its_micro_batches_padded():
+    """One 20,000-token row with three 2,016-token rows: 8,064 unpadded positions beyond the long row fit a budget of
+    26,048, but the per-path pass pads all four to 20,000 (80,000 positions): it splits them, the long row alone; the
+    tree-packed pass, which pads nothing, keeps them together."""
+    rows = [update.Row([1] * 16, [2] * 19_984, torch.zeros(19_984), 0)]
+    rows += [update.Row([1] * 16, [2] * 2_000, torch.zeros(2_000), q) for q in (1, 2, 3)]
+    units = [[i] for i in range(4)]
+    padded = lambda pieces: update._positions(rows, pieces, pads=True)  # noqa: E731
+    packed = lambda pieces: update._positions(rows, pieces, pads=False)  # noqa: E731
+    assert padded(units) == 80_000 and packed(units) == 20_000 + 3 * 2_016
+    assert update._chunks(units, 16, padded, 26_048) == [[0], [1, 2, 3]]
+    assert update._chunks(units, 16, packed, 26_048) == [[0, 1, 2, 3]]
+    from bsb.train.distributed import World
+
+    for packing, want in (("path", [[0], [1, 2, 3]]), ("tree", [[0, 1, 2, 3]])):  # the update plans as it passes
+        cfg = TrainConfig(update_packing=packing, micro_batch=16, micro_batch_tokens=26_048)
+        assert update._plan(rows, [list(range(4))], cfg, World()) == (want, len(want))
 
 
 def _rows(seed: int, n_prompts: int = 3):
