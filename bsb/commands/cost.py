@@ -54,7 +54,12 @@ class CostConfig:
         "of each config's model needs at --gpus ranks (FSDP2 shards, a colocated engine per rank)",
     )
     gpus: list[int] = _f([1, 2, 4, 8], "world sizes of the memory table")
-    gpu_gb: float = _f(141.0, "memory of one GPU in GB (an H200: 141)", gt=0)
+    gpu_gb: float | None = _f(
+        None,
+        "memory of one GPU in GB of 1e9 bytes, as torch reports it (an H100: ~85, an H200: ~150); default: this "
+        "machine's GPU, else 150",
+        gt=0,
+    )
     params: float | None = _f(None, "the model's parameter count, when its checkpoint is not local", gt=0)
     markdown: bool = _f(False, "print the memory table as Markdown (for docs)")
 
@@ -89,7 +94,7 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     cfg = from_args(CostConfig, args, parser)
     try:
         if cfg.memory:
-            memory_report(cfg.memory, cfg.gpus, cfg.gpu_gb * 1e9, cfg.params, cfg.markdown)
+            memory_report(cfg.memory, cfg.gpus, gpu_bytes(cfg.gpu_gb), cfg.params, cfg.markdown)
             return 0
         prompt_len = cfg.prompt_len
         if cfg.model is not None:
@@ -254,6 +259,18 @@ def _configs(paths: list[str]) -> list[Path]:
     return out
 
 
+H200_BYTES = 150e9  # an H200's memory as torch reports it (141 GiB); an H100's: ~85e9 (80 GiB)
+
+
+def gpu_bytes(gb: float | None) -> float:
+    """``gb`` GB, or this machine's first GPU's memory as torch reports it, else an H200's."""
+    import torch
+
+    if gb is not None:
+        return gb * 1e9
+    return float(torch.cuda.get_device_properties(0).total_memory) if torch.cuda.is_available() else H200_BYTES
+
+
 def memory_report(
     paths: list[str],
     gpus: list[int],
@@ -267,7 +284,13 @@ def memory_report(
     from rich.table import Table
 
     from bsb.engine.activations import worst_micro_batch
-    from bsb.engine.device import memory_plan, model_params, rollout_architecture, rollout_state_bytes
+    from bsb.engine.device import (
+        memory_plan,
+        model_params,
+        offload_gpu_bytes,
+        rollout_architecture,
+        rollout_state_bytes,
+    )
     from bsb.train.config import TrainConfig
 
     console = console or Console()
@@ -310,8 +333,9 @@ def memory_report(
             else "— (no config.json)"
         )
         update = worst_micro_batch(arch, updates[model])
-        for g in gpus:
-            plan = memory_plan(n, g, gpu_bytes, util)
+        layouts = [(g, None) for g in gpus] + ([(1, offload_gpu_bytes(arch, n))] if arch is not None else [])
+        for g, offload in layouts:  # and one GPU with the shards in host memory (fsdp_cpu_offload)
+            plan = memory_plan(n, g, gpu_bytes, util, offload)
             acts, ckpt_rows = _update_fit(arch, update, plan)
             if acts is not None:  # a family not modelled: the weights' and state's figure alone
                 plan["fits"] = plan["fits"] and plan["trainer_bytes"] + acts <= plan["trainer_room"]
@@ -321,11 +345,10 @@ def memory_report(
                 Path(model).name,
                 str(len(where)),
                 f"{n / 1e9:.2f}B",
-                str(g),
-                *(
-                    f"{plan[k] / 1e9:.1f}"
-                    for k in ("trainer_bytes", "trainer_room", "engine_weight_bytes", "engine_share")
-                ),
+                str(g) if offload is None else f"{g}, offload",
+                f"{plan['trainer_bytes'] / 1e9:.1f}"
+                + ("" if offload is None else f" (host {plan['host_bytes'] / 1e9:.1f})"),
+                *(f"{plan[k] / 1e9:.1f}" for k in ("trainer_room", "engine_weight_bytes", "engine_share")),
                 ("yes" if plan["fits"] else "no") + ("" if acts is not None else " (weights and state)"),
                 state_cell,
                 "— (not modelled)"
@@ -342,7 +365,9 @@ def memory_report(
     console.print(
         "trainer: fp32 weights, gradients and AdamW moments sharded over the GPUs; room: what "
         "vllm_gpu_memory_utilization leaves it. engine: the colocated vLLM engine's bf16 weights (whole on every rank) "
-        "in its share. The KV cache and one gathered layer come on top. chain state: what "
+        "in its share. The KV cache and one gathered layer come on top. '1, offload': one GPU with fsdp_cpu_offload "
+        "(torchrun --nproc_per_node=1): the trainer keeps its root module and two gathered layers (bf16, with fp32 "
+        "gradients) on the GPU and its 16P in host memory. chain state: what "
         "the engine keeps for one chain of the configs' longest prompt + response in bf16: keys and values of the "
         "attention layers (a sliding layer's window only) plus a recurrent layer's fixed Mamba-2 state, from the "
         "checkpoint's config.json (or the paper model's). update activations: what the configs' largest micro-batch "

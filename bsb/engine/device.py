@@ -227,46 +227,79 @@ def rollout_state_bytes(config, tokens: int, bytes_per_value: int = 2) -> dict:
     return {"kv": kv, "recurrent": recurrent, "total": kv + recurrent}
 
 
-def memory_plan(params: float, world_size: int, gpu_bytes: float, gpu_memory_utilization: float) -> dict:
+OFFLOAD_BYTES_PER_PARAM = 6  # a gathered parameter in bf16 and its fp32 gradient before it is reduced and offloaded
+
+
+def offload_gpu_bytes(config, params: float) -> float:
+    """What the trainer keeps on a GPU under ``fsdp_cpu_offload`` (its shards and AdamW state in host memory): the
+    root module's parameters (embeddings, an untied head) and two decoder layers (the one computing and the one
+    prefetched), each gathered in bf16 with its fp32 gradient. A model from the code, not measured on a GPU."""
+    root = config.vocab_size * config.hidden_size * (1 if getattr(config, "tie_word_embeddings", False) else 2)
+    layer = max(0.0, params - root) / config.num_hidden_layers
+    return OFFLOAD_BYTES_PER_PARAM * (root + 2 * layer)
+
+
+def memory_plan(
+    params: float, world_size: int, gpu_bytes: float, gpu_memory_utilization: float, offload: float | None = None
+) -> dict:
     """What one GPU of a ``world_size``-rank FSDP2 run holds: the trainer's sharded fp32 state (16·P/N) in the share
-    the colocated engine leaves, and the engine's bf16 weights (2·P, whole on every rank) in its own share. Lower
-    bounds: activations, the KV cache and one gathered layer come on top."""
+    the colocated engine leaves, and the engine's bf16 weights (2·P, whole on every rank) in its own share; with
+    ``offload`` (:func:`offload_gpu_bytes`, ``fsdp_cpu_offload``) the trainer keeps that much on the GPU and its 16·P/N
+    in host memory (``host_bytes``). Lower bounds: activations, the KV cache and one gathered layer come on top."""
     trainer = TRAIN_BYTES_PER_PARAM * params / world_size
     engine = ENGINE_BYTES_PER_PARAM * params
     room, share = (1 - gpu_memory_utilization) * gpu_bytes, gpu_memory_utilization * gpu_bytes
+    on_gpu = trainer if offload is None else offload
     return {
         "gpus": world_size,
-        "trainer_bytes": trainer,
+        "trainer_bytes": on_gpu,
+        "host_bytes": 0.0 if offload is None else trainer,
         "trainer_room": room,
         "engine_weight_bytes": engine,
         "engine_share": share,
-        "fits": trainer <= room and engine <= share,
+        "fits": on_gpu <= room and engine <= share,
     }
 
 
 def check_colocation(
-    path, device: torch.device, gpu_memory_utilization: float, world_size: int = 1, update: list | None = None
+    path,
+    device: torch.device,
+    gpu_memory_utilization: float,
+    world_size: int = 1,
+    update: list | None = None,
+    offload: bool = False,
 ) -> None:
     """The trainer next to a vLLM engine on one GPU needs its fp32 weights, gradients and two AdamW moments (16 bytes
     a parameter; sharded over ``world_size`` ranks with FSDP2, 16·P/N a rank) in what the engine leaves, and beside
     them the activations of its largest micro-batch, the worst of ``update``'s shapes (rows, tokens a row, gradient
     checkpointing; ``TrainConfig.micro_batch_shapes``, :mod:`bsb.engine.activations`; a family it does not model is
-    not checked): a share that leaves less is one error before any model loads, naming the fix."""
+    not checked): a share that leaves less is one error before any model loads, naming the fix. With ``offload``
+    (``fsdp_cpu_offload``) the shards and AdamW state live in host memory: the GPU keeps
+    :func:`offload_gpu_bytes`."""
     total = torch.cuda.get_device_properties(device).total_memory
-    plan = memory_plan(checkpoint_params(path), world_size, total, gpu_memory_utilization)
+    params = checkpoint_params(path)
+    arch = rollout_architecture(path) if update or offload else None
+    kept = offload_gpu_bytes(arch, params) if offload and arch is not None else None
+    plan = memory_plan(params, world_size, total, gpu_memory_utilization, kept)
     need, room = plan["trainer_bytes"], plan["trainer_room"]
+    if need > room and offload:
+        raise ValueError(
+            f"vllm_gpu_memory_utilization={gpu_memory_utilization} leaves the trainer {room / 2**30:.1f} GiB of "
+            f"{total / 2**30:.1f} GiB, but even with fsdp_cpu_offload its root module and two gathered layers need "
+            f"about {need / 2**30:.1f} GiB; lower vllm_gpu_memory_utilization"
+        )
     if need > room:
         ranks = f" (sharded over {world_size} ranks)" if world_size > 1 else ""
         raise ValueError(
             f"vllm_gpu_memory_utilization={gpu_memory_utilization} leaves the trainer {room / 2**30:.1f} GiB of "
             f"{total / 2**30:.1f} GiB, but its fp32 weights, gradients and AdamW state need about "
             f"{need / 2**30:.1f} GiB a GPU{ranks}; "
-            "lower vllm_gpu_memory_utilization or launch more ranks (torchrun --nproc_per_node)"
+            "lower vllm_gpu_memory_utilization, launch more ranks (torchrun --nproc_per_node), or keep the shards in "
+            "host memory (fsdp_cpu_offload=true under torchrun; bsb cost --memory shows what stays on the GPU)"
         )
     from bsb.engine.activations import update_activation_bytes, worst_micro_batch
 
-    arch = rollout_architecture(path) if update else None
-    update = worst_micro_batch(arch, update) if arch is not None else None
+    update = worst_micro_batch(arch, update) if arch is not None and update else None
     acts = update_activation_bytes(arch, *update) if update is not None else None
     if acts is not None and need + acts > room:
         rows, width, checkpointing = update

@@ -88,7 +88,14 @@ class Trainer:
         self.model_path = self.world.main_first(lambda: resolve_model(cfg.model, self.task))
         if self.device.type == "cuda" and cfg.backend != "hf":
             update = cfg.micro_batch_shapes()
-            check_colocation(self.model_path, self.device, cfg.vllm_gpu_memory_utilization, self.world.size, update)
+            check_colocation(
+                self.model_path,
+                self.device,
+                cfg.vllm_gpu_memory_utilization,
+                self.world.size,
+                update,
+                offload=cfg.fsdp_cpu_offload,
+            )
         plain_ckpt = state is not None and not self.folder.sharded
         load_from = self.folder.ckpt / "model" if plain_ckpt else self.model_path
         self.tok = transformers.AutoTokenizer.from_pretrained(self.model_path)

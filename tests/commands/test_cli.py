@@ -150,9 +150,10 @@ def test_the_memory_table_counts_a_pypi_model_from_its_converted_folder(capsys):
 
     real_model("qwen2.5-coder-0.5b")  # converted (make models), or a clear failure
     config = Path(__file__).resolve().parents[2] / "configs" / "cpu" / "real" / "qwen2.5-coder-gsm-symbolic.yaml"
-    [row] = memory_report([str(config)], [1], 24e9, markdown=True)
+    row, offload = memory_report([str(config)], [1], 24e9, markdown=True)  # one GPU, then one with offload
     assert row["params"] == pytest.approx(630.2e6, rel=1e-3) and row["chain_state"] is not None
-    assert row["checkpointed_rows"] is not None and row["fits"]
+    assert row["checkpointed_rows"] is not None and row["fits"] and row["host_bytes"] == 0
+    assert offload["host_bytes"] == 16 * row["params"] and offload["trainer_bytes"] < row["trainer_bytes"] / 2
 
 
 @pytest.mark.slow

@@ -495,6 +495,41 @@ def test_the_start_check_prices_the_worst_micro_batch_a_paper_budget_admits(tmp_
         D.check_colocation(tmp_path, torch.device("cuda"), 1 - (need - 2**30) / 85e9, update=shapes)
 
 
+def test_offloaded_shards_leave_the_gpu_the_root_and_two_layers(tmp_path, monkeypatch):
+    """fsdp_cpu_offload: a Qwen3-8B-shaped trainer needs 131 GB of fp32 state on one GPU, but with its shards in host
+    memory only the root (untied embeddings and head) and two gathered layers (bf16 + fp32 gradient): about 9.8 GB.
+    The start check refuses the one layout on an 85 GB H100 and accepts the other; bsb cost's default GPU is this
+    machine's (an H200's 150e9 bytes without one)."""
+    from bsb.commands.cost import H200_BYTES, gpu_bytes
+    from bsb.engine import device as D
+
+    arch = transformers.Qwen3Config(vocab_size=151_936, hidden_size=4096, intermediate_size=12_288, num_hidden_layers=36,
+                                    num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False)
+    params = 8.19e9
+    root = 151_936 * 4096 * 2
+    assert D.offload_gpu_bytes(arch, params) == pytest.approx(6 * (root + 2 * (params - root) / 36))
+    assert 9e9 < D.offload_gpu_bytes(arch, params) < 11e9
+    plan = D.memory_plan(params, 1, 85e9, 0.5, D.offload_gpu_bytes(arch, params))
+    assert plan["fits"] and plan["host_bytes"] == 16 * params and not D.memory_plan(params, 1, 85e9, 0.5)["fits"]
+    arch.save_pretrained(tmp_path)
+    monkeypatch.setattr(D, "checkpoint_params", lambda path: params)
+
+    class Props:
+        total_memory = 85 * 10**9
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: Props())
+    with pytest.raises(ValueError, match=r"need about 122.0 GiB a GPU; .* \(fsdp_cpu_offload=true under torchrun"):
+        D.check_colocation(tmp_path, torch.device("cuda"), 0.5)
+    D.check_colocation(tmp_path, torch.device("cuda"), 0.5, offload=True)
+    with pytest.raises(ValueError, match="even with fsdp_cpu_offload its root module and two gathered layers need"):
+        D.check_colocation(tmp_path, torch.device("cuda"), 0.95, offload=True)
+    assert gpu_bytes(80) == 80e9
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_bytes(None) == H200_BYTES == 150e9
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert gpu_bytes(None) == 85e9  # the GPU at hand, as torch reports it
+
+
 @pytest.mark.parametrize("left", ["tmp_and_old", "old_only"])
 def test_a_crash_inside_save_resumes_from_the_newest_complete_checkpoint(model_dir, tmp_path, left):
     """save() renames checkpoint -> checkpoint.old, then checkpoint.tmp -> checkpoint: a crash between the two
