@@ -310,10 +310,9 @@ def _flex_mask(segs: list[_Segment], positions: torch.Tensor, device, windows: t
     up = torch.tensor([[-1] * (2 - len(c)) + c for c in (_ancestors(segs, i) for i in range(len(segs)))], **long)
     flex = _Flex(seg, up)
     total = positions.numel()
+    build = compiled(create_block_mask) if torch.device(device).type == "cuda" else create_block_mask
     for w in (None, *windows):
-        flex.block_masks[w] = create_block_mask(
-            _mask_mod(seg, up, positions, w), None, None, total, total, device=device, _compile=device.type == "cuda"
-        )
+        flex.block_masks[w] = build(_mask_mod(seg, up, positions, w), None, None, total, total, device=device)
     empty = torch.zeros(0, **long)
     return TreeMask([], empty, positions, flex)
 
@@ -385,24 +384,42 @@ def _windowed(lv: _Level, positions: torch.Tensor, window: int) -> torch.Tensor:
     return lv.windowed[window]
 
 
-_COMPILED_FLEX = None
+# Compiled variants a process may build of each flex function: its lengths are dynamic (one graph for every flat
+# sequence length), so what varies is the mask (full, and one per sliding window: OLMo-3 has one), grad mode (the
+# update's forward and backward, the recomputation's), and the first static call before dynamo marks a size dynamic.
+FLEX_RECOMPILES = 16
+_COMPILED: dict = {}
+
+
+def compiled(fn):
+    """``torch.compile(fn, dynamic=True)``, built once a process, with dynamo's recompile limit raised to
+    :data:`FLEX_RECOMPILES` (past its limit, 8 in torch 2.13, dynamo runs ``fn`` eagerly: flex attention would then
+    materialise every score)."""
+    if fn not in _COMPILED:
+        import torch._dynamo
+
+        config = torch._dynamo.config
+        name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # torch < 2.6: the old
+        setattr(config, name, max(getattr(config, name), FLEX_RECOMPILES))
+        _COMPILED[fn] = torch.compile(fn, dynamic=True)
+    return _COMPILED[fn]
 
 
 def _flex_attention(module, query, key, value, flex: _Flex, window, scaling, dropout):
     """The flex path (CUDA): one ``flex_attention`` over the flat sequence, the model's GQA heads read in place;
-    compiled once a process (uncompiled it materialises every score). (1, H, T, d) → (1, T, H, d)."""
-    global _COMPILED_FLEX
+    compiled once a process (uncompiled it materialises every score). ``query``, ``key`` and ``value`` are cast to the
+    autocast dtype first (under autocast with fp32 weights q and k come out of their norms and rotary in fp32 while v
+    is bf16, which flex_attention refuses before torch 2.13). (1, H, T, d) → (1, T, H, d)."""
     from torch.nn.attention.flex_attention import flex_attention
 
     if dropout and module.training:
         raise ValueError(f"the flex tree attention has no attention dropout (dropout={dropout}): set the model's to 0")
     if window not in flex.block_masks:
         raise ValueError(f"no block mask for sliding window {window}: pack_trees(windows=...) must list the model's")
-    run = flex_attention
-    if query.device.type == "cuda":
-        if _COMPILED_FLEX is None:
-            _COMPILED_FLEX = torch.compile(flex_attention, dynamic=None)
-        run = _COMPILED_FLEX
+    kind = query.device.type
+    dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else query.dtype
+    query, key, value = (t.to(dtype) for t in (query, key, value))
+    run = compiled(flex_attention) if kind == "cuda" else flex_attention
     gqa = query.shape[1] != key.shape[1]
     out = run(query, key, value, block_mask=flex.block_masks[window], scale=scaling, enable_gqa=gqa)
     return out.transpose(1, 2).contiguous()  # (1, T, H, d)

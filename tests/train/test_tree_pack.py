@@ -473,3 +473,33 @@ def test_the_flex_path_equals_the_sdpa_path(family, monkeypatch):
     assert pack.mask.flex is not None and pack.mask.levels == []
     assert torch.equal(got_mask, want_mask)
     assert (got - want).abs().max().item() < 1e-5
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_the_flex_path_hands_flex_one_dtype_and_compiles_each_function_once(monkeypatch):
+    """Under autocast with fp32 weights Qwen3 gives fp32 q / k (norms, rotary) and a bf16 v: flex_attention gets all
+    three in the autocast dtype (torch 2.8 refuses mixed ones). On CUDA (a stand-in that records torch.compile) the
+    block-mask builder and flex_attention are each compiled once a process, dynamic, with dynamo's recompile limit
+    raised to cover a run's masks and grad modes."""
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    import torch._dynamo
+    import torch.nn.attention.flex_attention as fa
+
+    model = tiny("qwen3")
+    rows = _tree_rows()
+    seen = []
+    real = fa.flex_attention
+    monkeypatch.setattr(fa, "flex_attention", lambda q, k, v, **kw: seen.append((q.dtype, k.dtype, v.dtype)) or real(q, k, v, **kw))
+    monkeypatch.setattr(tree_pack, "tree_attention_kind", lambda device: "flex")
+    with torch.no_grad(), tree_attention_on(model), torch.autocast("cpu", dtype=torch.bfloat16):
+        tree_logprobs(model, *rows)
+    assert seen and set(seen) == {(torch.bfloat16,) * 3}
+    compiles = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compiles.append((fn, kw)) or fn)
+    monkeypatch.setattr(tree_pack, "_COMPILED", {})
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
+    for _ in range(3):
+        assert tree_pack.compiled(fa.create_block_mask) is fa.create_block_mask
+        tree_pack.compiled(real)
+    assert compiles == [(fa.create_block_mask, {"dynamic": True}), (real, {"dynamic": True})]
+    assert torch._dynamo.config.recompile_limit == tree_pack.FLEX_RECOMPILES >= 2 * 2 * 2 + 1  # masks x grad x warm
