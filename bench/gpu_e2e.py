@@ -96,6 +96,7 @@ def tree_step(log, model, device, dtype, prompts=4, max_response=256, chains=4, 
     from bsb.train import phases, update
     from bsb.train.config import TrainConfig
     from bsb.train.rollout import TreeConfig, tree_rollout
+    from bsb.train.run_plan import resolve_plan
 
     vocab = model.config.vocab_size
     policy = model.float() if dtype != torch.float32 else model  # fp32 master weights, bf16 autocast
@@ -133,7 +134,8 @@ def tree_step(log, model, device, dtype, prompts=4, max_response=256, chains=4, 
         _sync(device)
         t1 = time.perf_counter()
         rows = phases.advantage_rows(trees, cfg, newline)
-        update.update_policy(policy, opt, sched, rows, cfg, pad=0, seed=0, compute_dtype=dtype)
+        plan = resolve_plan(cfg, policy)[0]
+        update.update_policy(policy, opt, sched, rows, cfg, plan, pad=0, seed=0, compute_dtype=dtype)
         _sync(device)
         t2 = time.perf_counter()
         step = t2 - t0

@@ -33,6 +33,7 @@ import transformers
 from bsb.engine.device import autocast
 from bsb.train import update
 from bsb.train.config import TrainConfig
+from bsb.train.run_plan import resolve_plan
 from bsb.train.tree_pack import _segments, _tree_mask, _window, pack_trees, reference_tree_mask, tree_attention_on
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -88,7 +89,8 @@ def one_minibatch(model, rows, packing: str, micro_batch: int, dtype: torch.dtyp
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     with tree_attention_on(model) if packing == "tree" else _Nothing(), autocast(device, dtype):
-        update._backward(model, rows, list(range(len(rows))), cfg, 0, n_tokens, len(rows), {}, tally)
+        plan = resolve_plan(cfg, model)[0]
+        update._backward(model, rows, list(range(len(rows))), cfg, plan, 0, n_tokens, len(rows), {}, tally)
     if device.type == "cuda":
         torch.cuda.synchronize()
     return {

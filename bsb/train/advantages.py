@@ -32,6 +32,7 @@ tensor per leaf, of the leaf's response length: the advantage of each response t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -213,15 +214,17 @@ def _prefix_credit(tree: PromptTree, *, options: CreditOptions, **_) -> list[tor
 
 def advantages(
     tree: PromptTree,
-    kind: str,
+    kind: str | Callable,
     newline_mask: torch.Tensor | None = None,
     options: CreditOptions | None = None,
     subsegments: bool = False,
 ) -> list[torch.Tensor]:
-    """The estimator ``kind`` (registered in :data:`ADVANTAGES`, or ``package.module:function``) with ``options``
+    """The estimator ``kind`` (registered in :data:`ADVANTAGES`, ``package.module:function``, or the function itself,
+    as a run plan holds it) with ``options``
     (a :class:`~bsb.train.tree_options.CreditOptions`, or a config that inherits it; None: the defaults):
     ``grpo_std`` for the estimators that standardise, the ``prefix_*`` options for ``prefix_credit``, and
     ``zero_cont_token_mass`` then centres the continuations."""
     options = CreditOptions() if options is None else options
-    out = ADVANTAGES.get(kind)(tree, newline_mask=newline_mask, subsegments=subsegments, options=options)
+    estimator = kind if callable(kind) else ADVANTAGES.get(kind)
+    out = estimator(tree, newline_mask=newline_mask, subsegments=subsegments, options=options)
     return zero_continuation_mass(tree, out) if options.zero_cont_token_mass else out

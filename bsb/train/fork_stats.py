@@ -32,12 +32,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from bsb.train.tree import PromptTree
-
-if TYPE_CHECKING:
-    from bsb.train.update import Row
+from bsb.train.tree import PromptTree, Row
 
 TERCILES = ("low", "mid", "high")
 

@@ -32,8 +32,7 @@ from bsb.train.rewards import RewardConfig, leaf_reward
 from bsb.train.rollout import RolloutTimes, TreeConfig, flat_rollout, tree_rollout
 from bsb.train.samplers import TwoStageConfig, two_stage_trees
 from bsb.train.seeds import stream
-from bsb.train.tree import PromptTree
-from bsb.train.update import Row
+from bsb.train.tree import PromptTree, Row
 
 
 @dataclass
@@ -164,10 +163,13 @@ def keep_groups(trees: Sequence[PromptTree], cfg: TrainConfig) -> list[PromptTre
 # ---------------------------------------------------------------------------------------------- 5. advantages
 
 
-def advantage_rows(kept: Sequence[PromptTree], cfg: TrainConfig, newline: torch.Tensor) -> list[Row]:
+def advantage_rows(
+    kept: Sequence[PromptTree], cfg: TrainConfig, newline: torch.Tensor, estimator: Callable | None = None
+) -> list[Row]:
+    """A row per leaf of the kept trees, with ``estimator``'s advantages (the run plan's; None: ``cfg.advantage``'s)."""
     rows = []
     for q, tree in enumerate(kept):
-        advs = advantages(tree, cfg.advantage, newline, cfg, cfg.subsegments)  # cfg is a CreditOptions
+        advs = advantages(tree, estimator or cfg.advantage, newline, cfg, cfg.subsegments)  # cfg is a CreditOptions
         rows += [
             Row(leaf.prompt, leaf.response, a, q, leaf.group, leaf.prefix_len) for leaf, a in zip(tree.leaves, advs)
         ]

@@ -48,10 +48,10 @@ from bsb.train import phases
 from bsb.train.answer_watch import AnswerWatch
 from bsb.train.config import TrainConfig
 from bsb.train.distributed import close_world, init_world
-from bsb.train.logprob_pass import resolve_pass
 from bsb.train.rewards import RewardConfig
 from bsb.train.rollout import RolloutTimes
 from bsb.train.run_folder import RunFolder
+from bsb.train.run_plan import resolve_plan
 from bsb.train.seeds import VAL_SEED, stream
 from bsb.train.sharding import place_policy
 from bsb.train.update import update_policy
@@ -105,10 +105,10 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.placement = place_policy(load_from, self.world, self.device, self.dtype, cfg)
         self.policy = self.placement.model
-        chosen, why = resolve_pass(cfg.update_packing, self.policy)
+        self.plan, why = resolve_plan(cfg, self.policy)  # the pass, loss and estimator, resolved once
         if why:  # decided before any rollout, said once: the per-path update computes the same loss
             log.warning("update_packing=%s cannot update this model (%s): updating per path", cfg.update_packing, why)
-            self.cfg = cfg = replace(cfg, update_packing=chosen.name)
+            self.cfg = cfg = replace(cfg, update_packing=self.plan.logprob_pass.name)
         compute = None if self.dtype == torch.float32 else self.dtype
         self.hf = HFBackend(self.policy, self.tok, compute_dtype=compute)  # reads, generation: eval mode
         self.eos = self.tok.eos_token_id
@@ -254,11 +254,13 @@ class Trainer:
         t_rollout = time.perf_counter() - t0
 
         t1 = time.perf_counter()
-        rows = phases.advantage_rows(kept, cfg, self.newline)
+        rows = phases.advantage_rows(kept, cfg, self.newline, self.plan.advantage)
         if self.separate_engine:
             self.backend.sleep()  # a GPU engine frees its memory for the update (no-op on the CPU)
         shuffle = stream(cfg.seed, step, 0, "shuffle")
-        update = update_policy(self.policy, self.opt, self.sched, rows, cfg, self.pad, shuffle, self.dtype, self.world)
+        update = update_policy(
+            self.policy, self.opt, self.sched, rows, cfg, self.plan, self.pad, shuffle, self.dtype, self.world
+        )
         self.active_steps += any(r.active for r in rows)
         t_update = time.perf_counter() - t1
         t2 = time.perf_counter()

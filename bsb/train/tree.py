@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 
 @dataclass
 class Leaf:
@@ -64,3 +66,24 @@ class PromptTree:
         for i, leaf in enumerate(self.leaves):
             out.setdefault(leaf.group, []).append(i)
         return out
+
+
+@dataclass
+class Row:
+    """One trained sequence: a leaf of a kept tree with its per-token advantages (what the update trains on)."""
+
+    prompt: list[int]
+    response: list[int]
+    advantage: torch.Tensor  # (len(response),) float32
+    question: int  # index of its tree among the step's kept trees
+    group: int = 0  # its fork group within the tree (the leaf's root chain)
+    prefix_len: int = 0  # response tokens it shares with its group (0: only the prompt)
+
+    def __post_init__(self):
+        if not 0 <= self.prefix_len <= len(self.response):
+            raise ValueError(f"prefix_len {self.prefix_len} outside [0, {len(self.response)}]")
+
+    @property
+    def active(self) -> bool:
+        """Has a non-zero advantage (a zero row's gradient is exactly zero)."""
+        return len(self.response) > 0 and bool(self.advantage.abs().max() > 0)

@@ -5,7 +5,8 @@ Rows whose advantages are all zero are not back-propagated; a mini-batch with no
 gradients, skips it, or runs the 0-weighted backward, as ``homogeneous`` says. The PPO ratios are against the rollout
 policy. [TwoStage] Arm 11's unit-norm accumulation is :func:`unit_normalized_mean`.
 
-``update_packing``: the log-prob pass (:mod:`bsb.train.logprob_pass`, resolved at trainer start): ``path`` forwards
+``update_packing``: the log-prob pass (:mod:`bsb.train.logprob_pass`, resolved at trainer start into the run's
+:class:`~bsb.train.run_plan.RunPlan` with the loss): ``path`` forwards
 each row as its own sequence (the specification); ``tree`` forwards each micro-batch's unique tokens once
 (:mod:`bsb.train.tree_pack`), its micro-batches and a rank's share made of whole fork groups, so a shared prefix is
 computed once where its rows are. Both hand the loss the same (B, R) tensors, and a
@@ -24,30 +25,11 @@ import torch
 from bsb.engine.device import autocast, compute_device
 from bsb.train.config import TrainConfig
 from bsb.train.distributed import SOLO, World
-from bsb.train.logprob_pass import PASSES, resolve_pass
-from bsb.train.loss import CLIP_STATS, LOSSES, zero_grad_step
+from bsb.train.logprob_pass import PathPass, TreePass
+from bsb.train.loss import CLIP_STATS, zero_grad_step
+from bsb.train.run_plan import RunPlan
 from bsb.train.sharding import local, whole
-
-
-@dataclass
-class Row:
-    """One trained sequence: a leaf with its per-token advantages."""
-
-    prompt: list[int]
-    response: list[int]
-    advantage: torch.Tensor  # (len(response),) float32
-    question: int  # index of its tree among the step's kept trees
-    group: int = 0  # its fork group within the tree (the leaf's root chain)
-    prefix_len: int = 0  # response tokens it shares with its group (0: only the prompt)
-
-    def __post_init__(self):
-        if not 0 <= self.prefix_len <= len(self.response):
-            raise ValueError(f"prefix_len {self.prefix_len} outside [0, {len(self.response)}]")
-
-    @property
-    def active(self) -> bool:
-        """Has a non-zero advantage (a zero row's gradient is exactly zero)."""
-        return len(self.response) > 0 and bool(self.advantage.abs().max() > 0)
+from bsb.train.tree import Row
 
 
 def unit_normalized_mean(
@@ -71,13 +53,15 @@ def update_policy(
     sched,
     rows: list[Row],
     cfg: TrainConfig,
+    plan: RunPlan,
     pad: int,
     seed: int,
     compute_dtype: torch.dtype = torch.float32,
     world: World = SOLO,
 ) -> dict:
-    """The optimizer steps over ``rows``; the policy is in train mode throughout and in eval mode afterwards.
-    Forwards run under autocast in ``compute_dtype`` (fp32 master weights and optimizer state).
+    """The optimizer steps over ``rows`` with ``plan``'s log-prob pass and loss; the policy is in train mode
+    throughout and in eval mode afterwards. Forwards run under autocast in ``compute_dtype`` (fp32 master weights and
+    optimizer state).
 
     Data parallel (``world``): every rank holds the same ``rows`` (the step's gathered trees) and the same schedule of
     mini-batches; each back-propagates its share of a mini-batch's rows (``World.part`` of its rows, or of its fork
@@ -97,20 +81,15 @@ def update_policy(
             "update_tokens": 0,
             "update_tokens_paths": 0,
         }
-    chosen, why = resolve_pass(cfg.update_packing, policy)  # once an update (the trainer resolved it at start)
-    if why:
-        raise ValueError(
-            f"update_packing={cfg.update_packing} cannot update this model: {why}; set update_packing=path"
-        )
     policy.train()
     try:
         with (
-            chosen.context(policy),
+            plan.logprob_pass.context(policy),
             autocast(compute_device(policy), compute_dtype),
         ):  # offloaded shards: the mesh's device
             if cfg.unit_question_grad:
-                return _unit_question_update(policy, opt, sched, rows, cfg, pad, world)
-            return _minibatch_update(policy, opt, sched, rows, cfg, pad, seed, world)
+                return _unit_question_update(policy, opt, sched, rows, cfg, plan, pad, world)
+            return _minibatch_update(policy, opt, sched, rows, cfg, plan, pad, seed, world)
     finally:
         policy.eval()
 
@@ -124,10 +103,10 @@ class _Tally:
     paths: int = 0
 
 
-def _units(rows: list[Row], todo: list[int], packing: str) -> list[list[int]]:
+def _units(rows: list[Row], todo: list[int], groups: bool) -> list[list[int]]:
     """``todo`` as the units a rank takes whole: single rows, or (a pass whose units are groups) fork groups in order
     of first appearance: a shared prefix never crosses ranks."""
-    if not PASSES[packing].groups:
+    if not groups:
         return [[i] for i in todo]
     out: dict[tuple[int, int], list[int]] = {}
     for i in todo:
@@ -169,22 +148,23 @@ def _chunks(units: list[list[int]], size: int, cost=None, budget: int = 0) -> li
     return out + ([[i for p in cur for i in p]] if cur else [])
 
 
-def _plan(rows: list[Row], todos: list[list[int]], cfg: TrainConfig, world: World) -> tuple[list[list[int]], int]:
-    """This rank's micro-batches over its share of each of ``todos`` (mini-batches), and the busiest rank's count of
-    micro-batches (FSDP's forwards are collectives: every rank issues that many)."""
+def _plan(
+    rows: list[Row], todos: list[list[int]], cfg: TrainConfig, lp: PathPass | TreePass, world: World
+) -> tuple[list[list[int]], int]:
+    """This rank's micro-batches over its share of each of ``todos`` (mini-batches) for log-prob pass ``lp``, and the
+    busiest rank's count of micro-batches (FSDP's forwards are collectives: every rank issues that many)."""
 
     def chunks(w: World) -> list[list[int]]:
-        mine = [i for todo in todos for unit in w.part(_units(rows, todo, cfg.update_packing)) for i in unit]
-        units = _units(rows, mine, cfg.update_packing)
-        pads = PASSES[cfg.update_packing].pads
-        return _chunks(units, cfg.micro_batch, lambda pieces: _positions(rows, pieces, pads), cfg.micro_batch_tokens)
+        mine = [i for todo in todos for unit in w.part(_units(rows, todo, lp.groups)) for i in unit]
+        units = _units(rows, mine, lp.groups)
+        return _chunks(units, cfg.micro_batch, lambda pieces: _positions(rows, pieces, lp.pads), cfg.micro_batch_tokens)
 
     most = max(len(chunks(replace(world, rank=r))) for r in range(world.size))
     return chunks(world), most
 
 
 def _logprobs(
-    policy, rows: list[Row], chunk: list[int], pad: int, packing: str, tally: _Tally
+    policy, rows: list[Row], chunk: list[int], pad: int, lp: PathPass | TreePass, tally: _Tally
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, R) log-probs and mask of rows ``chunk``, per path or tree-packed; an empty chunk forwards one pad token
     (the same collectives as the others; its log-prob is weighted 0, its tokens not counted)."""
@@ -194,7 +174,7 @@ def _logprobs(
         [r.response for r in picked],
         [r.prefix_len for r in picked],
     )
-    logp, mask, tokens, paths = PASSES[packing].logprobs(policy, prompts, responses, prefixes, pad)
+    logp, mask, tokens, paths = lp.logprobs(policy, prompts, responses, prefixes, pad)
     if chunk:
         tally.tokens += tokens
         tally.paths += paths
@@ -206,6 +186,7 @@ def _backward(
     rows: list[Row],
     todo: list[int],
     cfg: TrainConfig,
+    plan: RunPlan,
     pad: int,
     n_tokens: int,
     n_seqs: int,
@@ -218,10 +199,10 @@ def _backward(
     gradients over ranks, the normalisers are already global."""
     total, tokens = 0.0, 0.0
     clipped = dict.fromkeys(CLIP_STATS, 0.0)  # tokens of each clip statistic
-    mine, most = _plan(rows, [todo], cfg, world)
+    mine, most = _plan(rows, [todo], cfg, plan.logprob_pass, world)
     for j0 in range(most):
         chunk = mine[j0] if j0 < len(mine) else []
-        logp, mask = _logprobs(policy, rows, chunk, pad, cfg.update_packing, tally)  # (B, R)
+        logp, mask = _logprobs(policy, rows, chunk, pad, plan.logprob_pass, tally)  # (B, R)
         if not chunk:  # an empty micro-batch: no gradient
             (logp.sum() * 0.0).backward()
             continue
@@ -233,7 +214,7 @@ def _backward(
             old_lp[j, :n] = (
                 old[i] if i in old else logp[j, :n].detach()
             )  # one mini-batch: the rollout policy is this one
-        loss, info = LOSSES.get(cfg.loss)(
+        loss, info = plan.loss(
             logp,
             old_lp,
             adv,
@@ -255,17 +236,17 @@ def _backward(
 
 
 def _old_logprobs(
-    policy, rows: list[Row], plan: list[list[int]], cfg: TrainConfig, pad: int, tally: _Tally, world: World
+    policy, rows: list[Row], todos: list[list[int]], cfg: TrainConfig, lp_pass, pad: int, tally: _Tally, world: World
 ) -> dict:
-    """The rollout policy's log-probs of the rows this rank back-propagates in ``plan`` (its share of each
+    """The rollout policy's log-probs of the rows this rank back-propagates in ``todos`` (its share of each
     mini-batch), before the first step moves it; every rank runs as many forwards as the busiest. Tree-packed, a fork
     group's rows of every mini-batch share one forward."""
-    mine, most = _plan(rows, plan, cfg, world)
+    mine, most = _plan(rows, todos, cfg, lp_pass, world)
     old: dict[int, torch.Tensor] = {}
     with torch.no_grad():
         for j0 in range(most):
             chunk = mine[j0] if j0 < len(mine) else []
-            lp, _ = _logprobs(policy, rows, chunk, pad, cfg.update_packing, tally)
+            lp, _ = _logprobs(policy, rows, chunk, pad, lp_pass, tally)
             for j, i in enumerate(chunk):
                 old[i] = lp[j, : len(rows[i].response)]
     return old
@@ -304,28 +285,29 @@ def _update_summary(losses, norms, clips, kinds, sched, tally: _Tally, world: Wo
 
 
 def _minibatch_update(
-    policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: int, seed: int, world: World = SOLO
+    policy, opt, sched, rows: list[Row], cfg: TrainConfig, plan: RunPlan, pad: int, seed: int, world: World = SOLO
 ) -> dict:
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
     minis = [order[i :: cfg.minibatches] for i in range(cfg.minibatches)]
     # each mini-batch's rows to back-propagate (None: no active row, the homogeneous rule instead)
-    plan = []
+    batches = []
     for mb in (m for m in minis if m):
         active = [i for i in mb if rows[i].active]
-        plan.append((mb, mb if cfg.homogeneous == "backward" else (active or None)))
+        batches.append((mb, mb if cfg.homogeneous == "backward" else (active or None)))
     tally = _Tally()
     old: dict[int, torch.Tensor] = {}
-    if getattr(LOSSES.get(cfg.loss), "needs_old_logp", False) and cfg.minibatches > 1:
-        old = _old_logprobs(policy, rows, [todo for _, todo in plan if todo], cfg, pad, tally, world)
+    if plan.needs_old_logp and cfg.minibatches > 1:
+        todos = [todo for _, todo in batches if todo]
+        old = _old_logprobs(policy, rows, todos, cfg, plan.logprob_pass, pad, tally, world)
     losses, norms, clips, kinds = [], [], [], []
-    for mb, todo in plan:
+    for mb, todo in batches:
         if todo is None:
             kinds.append(_homogeneous(opt, sched, cfg))
             continue
         opt.zero_grad(set_to_none=True)
         n_tokens = max(1, sum(len(rows[i].response) for i in mb))
-        total, c = _backward(policy, rows, todo, cfg, pad, n_tokens, len(mb), old, tally, world)
+        total, c = _backward(policy, rows, todo, cfg, plan, pad, n_tokens, len(mb), old, tally, world)
         clips.append(c)
         norms.append(_step(policy, opt, sched, cfg))
         losses.append(total)
@@ -333,7 +315,9 @@ def _minibatch_update(
     return _update_summary(losses, norms, clips, kinds, sched, tally, world)
 
 
-def _unit_question_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig, pad: int, world: World = SOLO) -> dict:
+def _unit_question_update(
+    policy, opt, sched, rows: list[Row], cfg: TrainConfig, plan: RunPlan, pad: int, world: World = SOLO
+) -> dict:
     """[TwoStage] Arm 11: one optimizer step per ``grad_accum_questions`` questions, each question's gradient scaled to
     unit norm (:func:`unit_normalized_mean`)."""
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -350,7 +334,7 @@ def _unit_question_update(policy, opt, sched, rows: list[Row], cfg: TrainConfig,
                 continue
             opt.zero_grad(set_to_none=True)
             n_tokens = max(1, sum(len(rows[i].response) for i in mine))
-            loss, c = _backward(policy, rows, todo, cfg, pad, n_tokens, len(mine), {}, tally, world)
+            loss, c = _backward(policy, rows, todo, cfg, plan, pad, n_tokens, len(mine), {}, tally, world)
             total += loss
             clips.append(c)
             grads.append([p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params])

@@ -27,8 +27,10 @@ from tiny_models import tiny_model
 from bsb.engine.hf_backend import HFBackend
 from bsb.train.config import TrainConfig
 from bsb.train.distributed import World
+from bsb.train.run_plan import resolve_plan
 from bsb.train.sharding import full_state_dict, place_policy, shard_policy, unsharded
-from bsb.train.update import Row, update_policy
+from bsb.train.tree import Row
+from bsb.train.update import update_policy
 
 
 def tiny():
@@ -62,7 +64,7 @@ def tree_rows():
 def updated(model, cfg, world, rows_of=rows):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    info = update_policy(model, opt, sched, rows_of(), cfg, 0, seed=3, world=world)
+    info = update_policy(model, opt, sched, rows_of(), cfg, resolve_plan(cfg, model)[0], 0, seed=3, world=world)
     return info
 
 

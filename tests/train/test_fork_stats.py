@@ -11,8 +11,7 @@ from bsb.engine.selectors import ChainInput, SelectorConfig, make_selector
 from bsb.train import phases
 from bsb.train.fork_stats import fork_metrics, node_advantages, step_fork_metrics, terciles, tree_forks
 from bsb.train.rollout import RolloutTimes, TreeConfig, tree_rollout
-from bsb.train.tree import Leaf, PromptTree
-from bsb.train.update import Row
+from bsb.train.tree import Leaf, PromptTree, Row
 
 NAN = math.nan
 

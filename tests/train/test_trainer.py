@@ -189,7 +189,7 @@ def test_homogeneous_step_takes_the_zero_gradient_step(model_dir, tmp_path):
     tr = Trainer(config(model_dir, tmp_path, dynamic_sampling=False, steps=1))
     rows = [update.Row([3, 4], [5, 6, 7], torch.zeros(3), 0)]
     before = [p.detach().clone() for p in tr.policy.parameters()]
-    out = update.update_policy(tr.policy, tr.opt, tr.sched, rows, tr.cfg, tr.pad, 0)
+    out = update.update_policy(tr.policy, tr.opt, tr.sched, rows, tr.cfg, tr.plan, tr.pad, 0)
     assert out["optimizer"] == "zero_grad_step"
     assert tr.opt.state  # AdamW state exists: the step ran (and decayed the weights)
     assert any(not torch.equal(a, b) for a, b in zip(before, tr.policy.parameters()))
@@ -342,7 +342,7 @@ def test_policy_is_in_train_mode_for_updates_and_eval_mode_for_reads(model_dir, 
     try:
         before = len(modes)
         rows = [update.Row([3, 4], [5, 6, 7], torch.tensor([1.0, -1.0, 0.5]), 0)]
-        update.update_policy(tr.policy, tr.opt, tr.sched, rows, tr.cfg, tr.pad, 0)
+        update.update_policy(tr.policy, tr.opt, tr.sched, rows, tr.cfg, tr.plan, tr.pad, 0)
         assert modes[before:] and all(modes[before:])  # every update forward in train mode
         after = len(modes)
         tr.train_step()

@@ -17,8 +17,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from bsb.train import tree_pack, update
 from bsb.train.config import TrainConfig
+from bsb.train.logprob_pass import PASSES
 from bsb.train.loss import LOSS_AGGS, response_logprobs
 from bsb.train.phases import advantage_rows
+from bsb.train.run_plan import resolve_plan
 from bsb.train.tree import Leaf, PromptTree
 from bsb.train.tree_pack import _segments, pack_trees, reference_tree_mask, tree_attention_on, tree_logprobs
 
@@ -98,7 +100,8 @@ def _backward(model, rows, cfg, old):
     todo = [i for i, r in enumerate(rows) if r.active]
     n_tokens = sum(len(r.response) for r in rows)
     with tree_attention_on(model) if cfg.update_packing == "tree" else _nothing():
-        loss, (clips, tokens) = update._backward(model, rows, todo, cfg, 0, n_tokens, len(rows), old, tally)
+        plan = resolve_plan(cfg, model)[0]
+        loss, (clips, tokens) = update._backward(model, rows, todo, cfg, plan, 0, n_tokens, len(rows), old, tally)
     grads = {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
     return loss, {k: v / tokens for k, v in clips.items()}, grads, tally
 
@@ -173,7 +176,7 @@ def _three_steps(model, rows, cfg):
     # up to lr (at 1e-2 the per-path update differs from itself with other micro-batches by 5e-6)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    infos = [update.update_policy(model, opt, sched, rows, cfg, 0, seed=s) for s in range(3)]
+    infos = [update.update_policy(model, opt, sched, rows, cfg, resolve_plan(cfg, model)[0], 0, seed=s) for s in range(3)]
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, infos
 
 
@@ -223,9 +226,11 @@ def test_update_tokens_are_the_trees_unique_tokens_counted_by_hand():
     model = tiny("qwen3")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    info = update.update_policy(model, opt, sched, rows, TrainConfig(update_packing="tree"), 0, seed=0)
+    cfg = TrainConfig(update_packing="tree")
+    info = update.update_policy(model, opt, sched, rows, cfg, resolve_plan(cfg, model)[0], 0, seed=0)
     assert (info["update_tokens"], info["update_tokens_paths"]) == (24, 46)
-    info = update.update_policy(model, opt, sched, rows, TrainConfig(update_packing="path"), 0, seed=0)
+    cfg = TrainConfig(update_packing="path")
+    info = update.update_policy(model, opt, sched, rows, cfg, resolve_plan(cfg, model)[0], 0, seed=0)
     assert (info["update_tokens"], info["update_tokens_paths"]) == (46, 46)
 
 
@@ -296,7 +301,7 @@ def test_a_token_budget_packs_whole_fork_groups_and_splits_only_what_does_not_fi
     """micro_batch_tokens: every micro-batch within the budget (a row over it alone), fork groups kept whole where they
     fit, every row once and in order; 0 leaves the row-count chunks as they were."""
     rows = rows_for(TrainConfig())
-    units = update._units(rows, list(range(len(rows))), "tree")
+    units = update._units(rows, list(range(len(rows))), groups=True)
     cost = lambda unit: update._unit_tokens(rows, unit)  # noqa: E731
     assert [cost(u) for u in units] == [18, 19, 19, 9, 14, 16, 7, 9, 5]  # prompt + shared prefix once, then tails
     packed = lambda pieces: update._positions(rows, pieces, pads=False)  # noqa: E731  (what the tree pass computes)
@@ -335,7 +340,7 @@ def test_a_padding_pass_prices_its_micro_batches_padded():
 
     for packing, want in (("path", [[0], [1, 2, 3]]), ("tree", [[0, 1, 2, 3]])):  # the update plans as it passes
         cfg = TrainConfig(update_packing=packing, micro_batch=16, micro_batch_tokens=26_048)
-        assert update._plan(rows, [list(range(4))], cfg, World()) == (want, len(want))
+        assert update._plan(rows, [list(range(4))], cfg, PASSES[packing], World()) == (want, len(want))
 
 
 def _rows(seed: int, n_prompts: int = 3):
