@@ -134,9 +134,11 @@ def table_lines(configs: dict[str, dict], reference: str, seeds: Sequence[int]) 
 
 def run_lines(runs: Sequence[tuple[str, int, Sequence[dict]]]) -> list[str]:
     """One row per run ``(config, seed, metrics rows)``: its start, best (the first maximum) and final held-out
-    accuracy, the tokens it generated and trained on, its mean probe share and step time, and its training hours."""
+    accuracy, the tokens it generated, the token positions its update forwarded and back-propagated
+    (``update_tokens``: prompts and responses of the rows with a non-zero advantage), its mean probe share and step
+    time, and its training hours."""
     lines = [
-        "| run | start | best (step) | final | tokens generated | tokens trained | probe share | s a step | train h |",
+        "| run | start | best (step) | final | generated | update positions | probe share | s a step | train h |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, seed, rows in runs:
@@ -149,7 +151,7 @@ def run_lines(runs: Sequence[tuple[str, int, Sequence[dict]]]) -> list[str]:
         lines.append(
             f"| {name}-s{seed} | {vals[0][1]:.3f} | {best:.3f} ({step}) | {vals[-1][1]:.3f} | "
             f"{sum(int(r.get('tokens_generated', 0)) for r in train):,} | "
-            f"{sum(int(r.get('tokens_trained', 0)) for r in train):,} | {step_mean(train, 'probe_frac'):.3f} | "
+            f"{sum(int(r.get('update_tokens', 0)) for r in train):,} | {step_mean(train, 'probe_frac'):.3f} | "
             f"{step_mean(train, 'time_step'):.0f} | {total / 3600:.2f} |"
         )
     return lines

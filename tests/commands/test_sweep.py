@@ -147,7 +147,7 @@ def test_the_table_shows_each_arms_mean_fork_yield_beside_its_accuracy(tmp_path)
                 f.write(json.dumps({"step": i + 1, "rollout": "tree", "fork_yield": y}) + "\n")
     with runs[1].metrics.open("a") as f:  # the run's own costs: tokens, probe share, time
         for i in range(2):
-            f.write(json.dumps({"step": 5 + i, "rollout": "tree", "tokens_generated": 1500, "tokens_trained": 700,
+            f.write(json.dumps({"step": 5 + i, "rollout": "tree", "tokens_generated": 1500, "update_tokens": 700,
                                 "probe_frac": 0.05 + 0.02 * i, "time_step": 90.0}) + "\n")
     res = sweep.summarize(runs, tmp_path / "summary", reference="flat", resamples=20)
     assert "| tree-s1 | 0.250 | 0.500 (2) | 0.500 | 3,000 | 1,400 | 0.060 | 90 | 0.05 |" in (
