@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from bsb.embedded import model as M  # noqa: E402
+from bsb.embedded.cache import cache_dir  # noqa: E402
 
 FILES = (
     "bsb_train.json",
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("source", nargs="?", help="a trained checkpoint (default: the recipe's cache entry)")
     args = ap.parse_args(argv)
     cfg = {"walk": M.EMBEDDED, "code": M.EMBEDDED_CODE}[args.name]
-    src = Path(args.source) if args.source else M.cache_dir() / cfg.key()
+    src = Path(args.source) if args.source else cache_dir() / cfg.key()
     missing = [f for f in FILES if not (src / f).exists()]
     if missing:
         ap.error(f"{src}: not a trained checkpoint (missing {', '.join(missing)})")

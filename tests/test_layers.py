@@ -90,3 +90,34 @@ def test_the_run_folders_readers_import_no_torch():
              "print('torch' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """bsb's modules and the bsb modules each imports (at the top or inside a function)."""
+    graph: dict[str, set[str]] = {}
+    for here, module in edges():
+        src, parts = ".".join(here), module.split(".")
+        for k in range(len(parts), 1, -1):  # the longest prefix that is a module or a package
+            path = ROOT.parent.joinpath(*parts[:k])
+            if path.with_suffix(".py").exists() or (path / "__init__.py").exists():
+                if ".".join(parts[:k]) != src:
+                    graph.setdefault(src, set()).add(".".join(parts[:k]))
+                break
+    return graph
+
+
+def test_no_module_imports_itself_through_others():
+    graph = _module_graph()
+    assert {"bsb.train.update", "bsb.train.run_plan"} <= graph["bsb.train.trainer"]  # lazy imports counted too
+
+    def reaches(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    circles = sorted(m for m in graph if m in reaches(m) and not m.endswith("__init__"))
+    assert not circles, f"modules that import themselves through others: {circles}"

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from bsb.embedded.cache import cache_dir
 from bsb.embedded.tokenizer import char_tokenizer, walk_tokenizer
 from bsb.tasks.base import hook
 from bsb.tasks.synthetic.arith import make_problem, training_chains
@@ -113,10 +114,6 @@ def quick_config(task=None) -> TinyConfig:
     return TinyConfig(
         steps=60, batch=8, hidden=64, layers=1, ops=base.ops[:2], task=base.task, max_operand=base.max_operand
     )
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("BSB_CACHE", Path.home() / ".cache" / "bsb"))
 
 
 def resolve_model(name: str | Path, task=None) -> Path:

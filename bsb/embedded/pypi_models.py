@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from bsb.embedded.model import cache_dir
+from bsb.embedded.cache import cache_dir
 
 SUMS = "SHA256SUMS"
 SOURCE = "bsb_source.json"
