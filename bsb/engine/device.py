@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from bsb.engine.known_models import COUNTED, known_config, known_params
+
 DEVICES = ("auto", "cpu", "cuda")  # and cuda:N
 TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE")  # set by torchrun; read by the trainer and vLLM's launcher
 DTYPES = {
@@ -111,15 +113,6 @@ def checkpoint_params(path) -> int:
 
 TRAIN_BYTES_PER_PARAM = 16  # fp32 weights, fp32 gradients, AdamW's two fp32 moments
 ENGINE_BYTES_PER_PARAM = 2  # the rollout engine's bf16 copy of the weights
-# Parameter counts of [Fork]'s models (their model cards), for a memory plan made before the checkpoint is downloaded;
-# a local checkpoint is counted from its weight files instead (checkpoint_params).
-KNOWN_PARAMS = {
-    "Qwen3-4B-Base": 4.02e9,
-    "Qwen3-8B-Base": 8.19e9,
-    "Olmo-3-7B-Instruct-SFT": 7.30e9,
-    "Olmo-3-1025-7B": 7.30e9,
-    "NVIDIA-Nemotron-Nano-9B-v2-Base": 8.89e9,
-}
 
 
 def model_params(path) -> float:
@@ -129,75 +122,25 @@ def model_params(path) -> float:
         n = checkpoint_params(path)
         if n:
             return float(n)
-    if path.name in KNOWN_PARAMS:
-        return KNOWN_PARAMS[path.name]
+    known = known_params(path)
+    if known is not None:
+        return known
     raise ValueError(
         f"cannot count the parameters of {path}: no local checkpoint there and not one of "
-        f"{', '.join(KNOWN_PARAMS)}; pass --params"
+        f"{', '.join(COUNTED)}; pass --params"
     )
-
-
-# The rollout-state and activation fields of [Fork]'s models (their config.json files on the hub), for a plan made
-# before the checkpoint is downloaded; a local checkpoint's own config.json is read instead (rollout_architecture).
-# The MLP widths agree with KNOWN_PARAMS to 0.1% (embeddings, attention and 3·d·f a layer).
-OLMO3_7B = dict(
-    model_type="olmo3",
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=32,
-    hidden_size=4096,
-    intermediate_size=11008,
-    sliding_window=4096,
-)  # the base and the SFT checkpoint share one architecture
-KNOWN_ARCHITECTURES = {
-    "Qwen3-4B-Base": dict(
-        model_type="qwen3",
-        num_hidden_layers=36,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        hidden_size=2560,
-        intermediate_size=9728,
-    ),
-    "Qwen3-8B-Base": dict(
-        model_type="qwen3",
-        num_hidden_layers=36,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        hidden_size=4096,
-        intermediate_size=12288,
-    ),
-    "Olmo-3-7B-Instruct-SFT": OLMO3_7B,
-    "Olmo-3-1025-7B": OLMO3_7B,
-    "NVIDIA-Nemotron-Nano-9B-v2-Base": dict(
-        model_type="nemotron_h",
-        hidden_size=4480,
-        num_key_value_heads=8,
-        head_dim=128,
-        mamba_num_heads=128,
-        mamba_head_dim=80,
-        ssm_state_size=128,
-        n_groups=8,
-        conv_kernel=4,
-        hybrid_override_pattern="M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-",
-    ),
-}
 
 
 def rollout_architecture(path):
     """The config of the model at ``path`` as transformers builds it (its ``layer_types`` resolved): a local
-    checkpoint's config.json, else [Fork]'s model of that name (:data:`KNOWN_ARCHITECTURES`); None when neither."""
+    checkpoint's config.json, else the known model of that name (:data:`bsb.engine.known_models.KNOWN_MODELS`); None
+    when neither."""
     from transformers import AutoConfig
 
     path = Path(path)
     if (path / "config.json").is_file():
         return AutoConfig.from_pretrained(path)
-    known = KNOWN_ARCHITECTURES.get(path.name)
-    if known is None:
-        return None
-    fields = dict(known)
-    return AutoConfig.for_model(fields.pop("model_type"), **fields)
+    return known_config(path)
 
 
 def rollout_state_bytes(config, tokens: int, bytes_per_value: int = 2) -> dict:

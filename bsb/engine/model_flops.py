@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bsb.engine.known_models import KNOWN_MODELS, known_config
+
 
 @dataclass(frozen=True)
 class ModelFlops:
@@ -117,28 +119,12 @@ def _expert_share(config) -> float:
     return top_k / experts if experts and top_k else 1.0
 
 
-# Full shapes of models named without a local checkpoint (their public config.json values)
-SHAPES = {
-    "Qwen3-0.6B": dict(
-        model_type="qwen3",
-        hidden_size=1024,
-        intermediate_size=3072,
-        num_hidden_layers=28,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-    ),
-}
-
-
 def shape_config(name: str):
-    """The config of a model of :data:`SHAPES` by name."""
-    import transformers
-
-    fields = dict(SHAPES[name])
-    return transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+    """The config of a known model by name (:data:`bsb.engine.known_models.KNOWN_MODELS`)."""
+    config = known_config(name)
+    if config is None:
+        raise ValueError(f"no known model {name!r}; known: {', '.join(KNOWN_MODELS)}")
+    return config
 
 
 def step_flops(m: ModelFlops, s, prompt_len: float, answer_len: int = 2) -> dict:

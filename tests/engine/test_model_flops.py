@@ -4,13 +4,13 @@ same forwards' matmuls, on the Gemma-3-270M and Qwen3-0.6B shapes (built on the 
 import pytest
 import torch
 
-from bsb.engine.model_flops import SHAPES as NAMED
+from bsb.engine.known_models import KNOWN_MODELS
 from bsb.engine.model_flops import model_flops
 
 transformers = pytest.importorskip("transformers")
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-QWEN3_06B = NAMED["Qwen3-0.6B"]
+QWEN3_06B = KNOWN_MODELS["Qwen3-0.6B"][1]
 GEMMA3_270M = dict(model_type="gemma3_text", hidden_size=640, intermediate_size=2048, num_hidden_layers=18,
                    num_attention_heads=4, num_key_value_heads=1, head_dim=256, vocab_size=262144, sliding_window=512,
                    tie_word_embeddings=True, query_pre_attn_scalar=256)

@@ -6,7 +6,8 @@ import pytest
 import torch
 from families import tiny_model
 
-from bsb.engine.device import KNOWN_ARCHITECTURES, rollout_architecture, rollout_state_bytes
+from bsb.engine.device import rollout_architecture, rollout_state_bytes
+from bsb.engine.known_models import COUNTED
 
 transformers = pytest.importorskip("transformers")
 
@@ -40,7 +41,7 @@ def test_the_counted_state_is_what_transformers_cache_holds(family):
 
 
 def test_the_papers_models_state_at_their_configs_length():
-    state = {n: rollout_state_bytes(rollout_architecture(n), 26_048) for n in KNOWN_ARCHITECTURES}
+    state = {n: rollout_state_bytes(rollout_architecture(n), 26_048) for n in COUNTED}
     nemotron = state["NVIDIA-Nemotron-Nano-9B-v2-Base"]
     # 4 attention layers of 8 KV heads x 128, 27 Mamba-2 layers of 128 heads x 80 x 128 states
     assert nemotron["kv"] == 4 * 2 * 8 * 128 * 26_048 * 2
