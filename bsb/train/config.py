@@ -26,9 +26,9 @@ from bsb.tasks.prompting import PromptConfig
 from bsb.train.advantages import ADVANTAGES
 from bsb.train.logprob_pass import PASS_NAMES, TreePass
 from bsb.train.loss import LOSS_AGGS, LOSSES
-from bsb.train.samplers import EARLY_EOS_RULES
 from bsb.train.trackers import tracker_names, tracker_problems
 from bsb.train.tree_options import CreditOptions, TreeOptions
+from bsb.train.two_stage import EARLY_EOS_RULES
 
 
 @dataclass

@@ -30,9 +30,9 @@ from bsb.train.config import TrainConfig
 from bsb.train.fork_stats import step_fork_metrics
 from bsb.train.rewards import RewardConfig, leaf_reward
 from bsb.train.rollout import RolloutTimes, TreeConfig, flat_rollout, tree_rollout
-from bsb.train.samplers import TwoStageConfig, two_stage_trees
 from bsb.train.seeds import stream
 from bsb.train.tree import PromptTree, Row
+from bsb.train.two_stage import TwoStageConfig, two_stage_trees
 
 
 @dataclass

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bsb.engine.backend import request_budgets
-from bsb.train.samplers import TwoStageConfig, causal_tau, two_stage_rollout
+from bsb.train.two_stage import TwoStageConfig, causal_tau, two_stage_rollout
 
 EOS, NL, A = 1, 7, 5
 MASK = torch.zeros(10, dtype=torch.bool)
