@@ -30,9 +30,10 @@ class Registry(Generic[T]):
         self.kind, self.noun = kind, noun  # noun: what a module:attr names (class, function)
         self._check = check
         self._items: dict[str, T] = {}
+        self._about: dict[str, str] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
-        """Decorator: register the decorated class or function under ``name``."""
+    def register(self, name: str, about: str = "") -> Callable[[T], T]:
+        """Decorator: register the decorated class or function under ``name`` (``about``: a few words for help)."""
         if not isinstance(name, str) or not name or ":" in name:
             raise ValueError(f"a {self.kind} name must be a non-empty string without ':', got {name!r}")
 
@@ -41,6 +42,8 @@ class Registry(Generic[T]):
             if name in self._items and self._items[name] is not obj:
                 raise ValueError(f"{self.kind} {name!r} is already registered ({self._items[name]!r})")
             self._items[name] = obj
+            if about:
+                self._about[name] = about
             return obj
 
         return add
@@ -71,6 +74,12 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         return list(self._items)
+
+    def help(self, names: list[str] | None = None) -> str:
+        """``name (about) | name | ...`` over ``names`` (default: every registered one), then how to name your own:
+        help texts are built from the registry, never listed by hand."""
+        shown = [f"{n} ({self._about[n]})" if n in self._about else n for n in (names or self._items)]
+        return " | ".join(shown) + f", or package.module:{'Class' if self.noun == 'class' else 'function'}"
 
     def items(self):
         return self._items.items()

@@ -48,6 +48,7 @@ class Family:
     # what has_recurrent_layers reads from a config's layer types (a test holds the two equal on every family)
     recurrent: bool = False
 
+
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (

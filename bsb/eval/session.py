@@ -15,6 +15,7 @@ from bsb.engine.probe import ProbeConfig, answer_ids, check_against_model, resol
 from bsb.fields import check_values
 from bsb.fields import help_field as _f
 from bsb.tasks.prompting import PromptConfig
+from bsb.tasks.registry import TASKS
 
 JUDGE = ("judge_url", "judge_model", "judge_endpoint", "judge_key_env", "judge_template", "judge_timeout_s")
 
@@ -37,9 +38,7 @@ class OfflineConfig(ProbeConfig, PromptConfig):
         "a problem file (JSONL / JSON / Parquet / CSV; the math task's held-out set); default: the task's own problems",
         positional=True,
     )
-    task: str | None = _f(
-        None, "walk | arith | code | math | package.module:Class (default: math with a problem file, else walk)"
-    )
+    task: str | None = _f(None, TASKS.help() + " (default: math with a problem file, else walk)")
     task_options: dict | None = _f(
         None, "task options, e.g. --task-option ops=[2,3] gate_chars=30", flag="--task-option"
     )

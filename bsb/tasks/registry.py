@@ -34,8 +34,14 @@ def _not_a_task_class(obj) -> str:
 
 
 TASKS: Registry[type] = Registry("task", _not_a_task_class)
-for _cls in (WalkTask, ArithTask, MathTask, CodeTask, ReasoningGymTask):
-    TASKS.register(_cls.name)(_cls)
+for _cls, _about in (
+    (WalkTask, "synthetic map walks, the embedded default"),
+    (ArithTask, "the earlier synthetic arithmetic"),
+    (MathTask, "problem files"),
+    (CodeTask, "programs with hidden tests, in a sandbox"),
+    (ReasoningGymTask, "reasoning-gym's procedural problems"),
+):
+    TASKS.register(_cls.name, _about)(_cls)
 
 
 def task_class(name: str) -> type:

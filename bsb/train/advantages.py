@@ -191,22 +191,22 @@ def _an_estimator(obj) -> str:
 ADVANTAGES: Registry = Registry("advantage", _an_estimator, noun="function")
 
 
-@ADVANTAGES.register("treerl")
+@ADVANTAGES.register("treerl", "TreeRL Eq. 7")
 def _treerl(tree: PromptTree, *, newline_mask=None, subsegments: bool = False, **_) -> list[torch.Tensor]:
     return treerl_advantages(tree, newline_mask if subsegments else None)
 
 
-@ADVANTAGES.register("treerl_released")
+@ADVANTAGES.register("treerl_released", "TreeRL's released code, not Eq. 7")
 def _treerl_released(tree: PromptTree, *, newline_mask=None, subsegments: bool = False, **_) -> list[torch.Tensor]:
     return treerl_released_advantages(tree, newline_mask if subsegments else None)
 
 
-@ADVANTAGES.register("grpo")
+@ADVANTAGES.register("grpo", "group-standardised rewards")
 def _grpo(tree: PromptTree, *, options: CreditOptions, **_) -> list[torch.Tensor]:
     return grpo_advantages(tree, options.grpo_std)
 
 
-@ADVANTAGES.register("prefix_credit")
+@ADVANTAGES.register("prefix_credit", "[TwoStage] §4.3")
 def _prefix_credit(tree: PromptTree, *, options: CreditOptions, **_) -> list[torch.Tensor]:
     o = options
     return prefix_credit_advantages(tree, o.prefix_beta, o.prefix_alpha, o.clamped_prefix, o.grpo_std)

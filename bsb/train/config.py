@@ -23,6 +23,7 @@ from bsb.fields import check_values, named
 from bsb.fields import help_field as _f
 from bsb.registry import import_plugins
 from bsb.tasks.prompting import PromptConfig
+from bsb.tasks.registry import TASKS
 from bsb.train.advantages import ADVANTAGES
 from bsb.train.logprob_pass import PASS_NAMES, TreePass
 from bsb.train.loss import LOSS_AGGS, LOSSES
@@ -50,8 +51,7 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
     )
     task: str = _f(
         "walk",
-        "what is learned: walk (synthetic map walks, the embedded default), arith (the earlier synthetic "
-        "arithmetic), code, math (problem files), or package.module:Class",
+        "what is learned: " + TASKS.help(),
     )
     task_options: dict = _f(
         {},
@@ -110,10 +110,10 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
     # --- advantages and loss
     advantage: str = _f(
         "treerl",
-        "treerl (Eq. 7) | treerl_released (TreeRL's released code, not Eq. 7) | grpo | prefix_credit ([TwoStage] §4.3)",
+        ADVANTAGES.help(),
     )
     subsegments: bool = _f(False, "TreeRL: subdivide segment advantages width-proportionally at line breaks")
-    loss: str = _f("composite", "composite (PPO clip, token-mean) | flat (sequence-summed log-probs, [TwoStage])")
+    loss: str = _f("composite", LOSSES.help())
     loss_agg: str = _f(
         "token-mean",
         "composite loss aggregation (verl's loss_agg_mode): token-mean (the paper) | seq-mean-token-mean "

@@ -187,7 +187,7 @@ def _a_loss(obj) -> str:
 LOSSES: Registry = Registry("loss", _a_loss, noun="function")
 
 
-@LOSSES.register("composite")
+@LOSSES.register("composite", "PPO clip, token-mean")
 def _composite(logp, old_logp, adv, mask, *, n_tokens, n_seqs, clip_low, clip_high, agg, clip_ratio_c=3.0, **_):
     return composite_loss(logp, old_logp, adv, mask, n_tokens, clip_low, clip_high, agg, n_seqs, clip_ratio_c)
 
@@ -195,6 +195,6 @@ def _composite(logp, old_logp, adv, mask, *, n_tokens, n_seqs, clip_low, clip_hi
 _composite.needs_old_logp = True
 
 
-@LOSSES.register("flat")
+@LOSSES.register("flat", "sequence-summed log-probs, [TwoStage]")
 def _flat(logp, old_logp, adv, mask, *, n_seqs, **_):
     return flat_loss(logp, adv, mask, n_sequences=n_seqs)

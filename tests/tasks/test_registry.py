@@ -6,7 +6,7 @@ import pytest
 
 from bsb.tasks.base import Problem, Task
 from bsb.tasks.math.task import MathTask
-from bsb.tasks.registry import make_task, offline_task
+from bsb.tasks.registry import TASKS, make_task, offline_task
 from bsb.tasks.synthetic.arith import ArithTask
 from bsb.tasks.synthetic.walk import WalkTask
 
@@ -56,3 +56,20 @@ def test_math_task_needs_its_files_when_used(tmp_path):
     t = offline_task(None, None, str(f))
     assert isinstance(t, MathTask) and [p.id for p in t.sample(5)] == ["a"]
     assert isinstance(offline_task(), WalkTask)  # the embedded default's task
+
+
+def test_help_texts_name_every_registered_implementation():
+    """The help of task, advantage and loss is built from their registries: a registered one is never left out (the
+    hand-written task help once omitted reasoning_gym)."""
+    from bsb.registry import Registry
+    from bsb.train.advantages import ADVANTAGES
+    from bsb.train.config import TrainConfig
+    from bsb.train.loss import LOSSES
+
+    text = TrainConfig.help_text()
+    for registry in (TASKS, ADVANTAGES, LOSSES):
+        assert registry.help() in text and all(name in registry.help() for name in registry.names())
+    mine = Registry("thing", noun="function")
+    mine.register("a", "the first")(len)
+    mine.register("b")(max)
+    assert mine.help() == "a (the first) | b, or package.module:function"
