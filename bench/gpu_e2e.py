@@ -2,9 +2,9 @@
 be downloaded on the device machine), bf16 on the GPU. Each measurement is appended to OUT/gpu_e2e.json as soon as it
 is taken, so a time-out loses only what had not finished.
 
-1. Packed vs naive belief reads at T = 1,024 and 4,096 tokens with C = 16 cuts (Probe-JS reads).
-2. One tree RLVR step (M = 4 roots, k = 2 siblings, HF rollouts) with Probe-JS and with Lens-Shift: the share of the
+1. One tree RLVR step (M = 4 roots, k = 2 siblings, HF rollouts) with Probe-JS and with Lens-Shift: the share of the
    step spent in the reads (select, from the keys and values the generation kept) next to generation and the update.
+2. Packed vs naive belief reads at T = 1,024 and 4,096 tokens with C = 16 cuts (Probe-JS reads).
 3. Peak GPU memory of the training log-probs (forward + backward) at micro-batch 16 x 4,096 tokens: the chunked
    linear + logsumexp; the full-logits reference at 16 x 1,024 (its 16 x 4,096 logits alone would be 40 GB).
 
@@ -212,11 +212,7 @@ def main(argv=None) -> int:
         smoke=args.smoke,
     )
     model = _model(args.smoke, device, dtype)
-    if "reads" in args.stages:
-        packed_vs_naive(log, model, device, [48] if args.smoke else [1024, 4096], cuts=4 if args.smoke else 16)
-    if "train_logprobs" in args.stages:
-        logprob_memory(log, device, dtype, args.smoke)
-    if "tree_step" in args.stages:
+    if "tree_step" in args.stages:  # first: the figure the check exists for
         tree_step(
             log,
             model,
@@ -227,6 +223,10 @@ def main(argv=None) -> int:
             chains=2 if args.smoke else 4,
             smoke=args.smoke,
         )
+    if "reads" in args.stages:
+        packed_vs_naive(log, model, device, [48] if args.smoke else [1024, 4096], cuts=4 if args.smoke else 16)
+    if "train_logprobs" in args.stages:
+        logprob_memory(log, device, dtype, args.smoke)
     return 0
 
 

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu_check.sh"
-STAGES = ["env", "compile", "tests", "kernels", "e2e", "train", "update"]
+STAGES = ["env", "kernels", "warm", "e2e", "tests", "train", "update"]
 
 
 def _dry_run(script=SCRIPT):
@@ -83,9 +83,9 @@ def test_sm90_rewrites_its_report_after_every_kernel(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_every_stage_runs_at_toy_sizes_on_the_cpu(tmp_path):
-    """The whole check with ``--smoke`` (about a minute on 2 cores): the environment and floors, one sm_90a compile,
-    the GPU tests' and benchmarks' collection, ``bench/gpu_e2e.py --smoke`` and ``bench/gpu_train.py --smoke`` under
-    torchrun."""
+    """The whole check with ``--smoke`` (about a minute on 2 cores): the environment and floors, the benchmarks' and
+    GPU tests' collection, the warm-up pass, ``bench/gpu_e2e.py --smoke`` and ``bench/gpu_train.py --smoke`` under
+    torchrun; no stage leaves a process behind."""
     pytest.importorskip("triton")
     env = {**os.environ, "PYTHON": sys.executable}
     proc = subprocess.run(
@@ -99,7 +99,7 @@ def test_every_stage_runs_at_toy_sizes_on_the_cpu(tmp_path):
     )
     assert proc.returncode == 0
     assert "missing python packages: none" in log or "missing python packages: math_verify" in log
-    assert json.loads((tmp_path / "sm90.json").read_text())["complete"]
+    assert json.loads((tmp_path / "warm.json").read_text())[0]["seconds"] >= 0  # the flex warm-up's pass
     selected = re.search(r"(\d+)/\d+ tests collected", (tmp_path / "tests.log").read_text())
     assert selected and int(selected.group(1)) > 0  # the GPU tests exist and import
     bench = (tmp_path / "bench.log").read_text()
@@ -110,3 +110,5 @@ def test_every_stage_runs_at_toy_sizes_on_the_cpu(tmp_path):
     train = json.loads((tmp_path / "gpu_train.json").read_text())
     assert train["complete"] and len(train["steps"]) == 2 and all(s["time_step"] > 0 for s in train["steps"])
     assert len(list(tmp_path.iterdir())) <= 8  # what the GPU machine sends back
+    left = subprocess.run(["pgrep", "-f", f"bench/gpu_(e2e|train|warm)\\.py {tmp_path}"], capture_output=True, text=True)
+    assert left.returncode == 1, f"the check left its scripts running: {left.stdout}"
