@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     vocab = cfg.vocab_size
     for width in (48, 160, 400) if not args.smoke else (24,):
         g = torch.Generator().manual_seed(width)
-        ids = lambda n: torch.randint(3, vocab, (n,), generator=g).tolist()  # noqa: E731
+        ids = lambda n, g=g: torch.randint(3, vocab, (n,), generator=g).tolist()  # noqa: E731
         prompt, prefix = ids(16), ids(width // 2)
         responses = [prefix + ids(width // 2), prefix + ids(width // 3)]  # one fork group: the shared prefix once
         t0 = time.perf_counter()
