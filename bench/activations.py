@@ -1,5 +1,7 @@
 """Measure what a decoder layer keeps for its backward, per token, for each dense family bsb declares, and fit the
-coefficients of ``bytes = a·d + b·f + c·q + e·kv + g·H + h`` (bsb.engine.activations) in fp32 and under bf16 autocast.
+coefficients of ``bytes = a·d + b·f + c·q + e·kv + g·H + h`` (bsb.engine.activations) in fp32 and under bf16 autocast;
+for Nemotron-H, each block type apart (attention and MLP by the same widths, the Mamba-2 mixer by its own,
+bsb.engine.activations.MAMBA_WIDTHS, on transformers' PyTorch path).
 
     python bench/activations.py            # writes bsb/engine/activations.json (about a minute on 2 cores)
 
@@ -23,7 +25,7 @@ import transformers
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bsb.engine.activations import RECORD, WIDTHS, saved_bytes, widths  # noqa: E402
+from bsb.engine.activations import MAMBA_WIDTHS, RECORD, WIDTHS, mamba_widths, saved_bytes, widths  # noqa: E402
 
 FAMILIES = {
     "qwen2": transformers.Qwen2Config,
@@ -89,20 +91,84 @@ def fit(kind, dtype: str) -> tuple[list[float], float]:
     return [round(float(c), 3) for c in coef], float(np.max(np.abs(a @ coef - y) / y))
 
 
+# Nemotron-H: (d, H, P, N, G, Q) of the Mamba-2 mixer, each moved on its own from the first, then two together
+MAMBA_SETTINGS = [
+    (128, 4, 16, 16, 2, 32),
+    (256, 4, 16, 16, 2, 32),
+    (128, 8, 16, 16, 2, 32),
+    (128, 4, 32, 16, 2, 32),
+    (128, 4, 16, 32, 2, 32),
+    (128, 4, 16, 16, 4, 32),
+    (128, 4, 16, 16, 2, 64),
+    (128, 4, 16, 16, 2, 16),
+    (128, 8, 32, 16, 2, 64),
+    (128, 4, 16, 32, 4, 16),
+]
+HYBRID_LENGTHS = (128, 256)  # multiples of every chunk size above
+
+
+def hybrid_config(block, layers, d=128, f=256, heads=2, kv=1, head_dim=64, mamba=(4, 16, 16, 2, 32)):
+    h, p, n, g, q = mamba
+    return transformers.NemotronHConfig(
+        vocab_size=128, hidden_size=d, intermediate_size=f, num_attention_heads=heads, num_key_value_heads=kv,
+        head_dim=head_dim, layers_block_type=[block] * layers, mamba_num_heads=h, mamba_head_dim=p,
+        ssm_state_size=n, n_groups=g, chunk_size=q, conv_kernel=4, tie_word_embeddings=False, use_cache=False,
+        attn_implementation="sdpa", pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )
+
+
+def hybrid_per_token(block: str, dtype: str, **kw) -> float:
+    out = {}
+    for n in HYBRID_LENGTHS:
+        total = []
+        for layers in (1, 2):
+            torch.manual_seed(0)
+            model = transformers.AutoModelForCausalLM.from_config(hybrid_config(block, layers, **kw)).train()
+            total.append(saved_bytes(model, torch.randint(0, 128, (1, n)), dtype))
+        out[n] = total[1] - total[0]
+    return (out[HYBRID_LENGTHS[1]] - out[HYBRID_LENGTHS[0]]) / (HYBRID_LENGTHS[1] - HYBRID_LENGTHS[0])
+
+
+def hybrid_fit(block: str, dtype: str) -> tuple[list[float], float]:
+    rows, ys = [], []
+    if block == "mamba":
+        for d, *mamba in MAMBA_SETTINGS:
+            w = mamba_widths(hybrid_config("linear_attention", 1, d=d, mamba=tuple(mamba)))
+            rows.append([w[name] for name in MAMBA_WIDTHS])
+            ys.append(hybrid_per_token("linear_attention", dtype, d=d, mamba=tuple(mamba)))
+    else:
+        kind = {"attention": "full_attention", "mlp": "mlp"}[block]
+        for d, f, heads, kv, head_dim in SETTINGS:
+            w = widths(hybrid_config(kind, 1, d, f, heads, kv, head_dim))
+            rows.append([w[name] for name in WIDTHS])
+            ys.append(hybrid_per_token(kind, dtype, d=d, f=f, heads=heads, kv=kv, head_dim=head_dim))
+    a, y = np.array(rows, float), np.array(ys)
+    coef = np.linalg.lstsq(a, y, rcond=None)[0]
+    return [round(float(c), 3) for c in coef], float(np.max(np.abs(a @ coef - y) / y))
+
+
 def main() -> None:
-    families, worst = {}, 0.0
+    families, hybrids, worst = {}, {"nemotron_h": {}}, 0.0
     for name, kind in FAMILIES.items():
         families[name] = {}
         for dtype in ("float32", "bfloat16"):
             families[name][dtype], err = fit(kind, dtype)
             worst = max(worst, err)
             print(name, dtype, families[name][dtype], f"fit error {err:.1e}", flush=True)
+    for block in ("attention", "mlp", "mamba"):
+        hybrids["nemotron_h"][block] = {}
+        for dtype in ("float32", "bfloat16"):
+            hybrids["nemotron_h"][block][dtype], err = hybrid_fit(block, dtype)
+            worst = max(worst, err)
+            print("nemotron_h", block, dtype, hybrids["nemotron_h"][block][dtype], f"fit error {err:.1e}", flush=True)
     record = {
         "measured": f"python bench/activations.py, {time.strftime('%Y-%m-%d')}, transformers "
         f"{transformers.__version__}, torch {torch.__version__}, SDPA on the CPU",
         "widths": list(WIDTHS),
+        "mamba_widths": list(MAMBA_WIDTHS),
         "worst_fit_error": worst,
         "families": families,
+        "hybrids": hybrids,
     }
     RECORD.write_text(json.dumps(record, indent=1) + "\n")
 

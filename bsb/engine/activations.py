@@ -9,8 +9,14 @@ fitted exactly) and shipped in ``activations.json``; :func:`layer_bytes_per_toke
 widths. With gradient checkpointing a layer keeps only its input (the fp32 residual stream, 4·d bytes a token) and one
 layer's activations are rebuilt at a time during the backward.
 
-What is not here: recurrent (Mamba-2) and mixture-of-experts layers (their kernels keep other things on a GPU than
-transformers' torch path keeps on the CPU), the head's logits (bsb's update computes log-probs in chunks and never
+A hybrid (Nemotron-H) is priced a block at a time: its attention and MLP blocks by the same six widths, its Mamba-2
+mixers by ``d, H·P, H·N, G·N, H·Q, H·P·N/Q, H, 1`` (heads H of width P, state N, groups G, scan chunk Q), measured on
+transformers' PyTorch path, which is what a GPU without ``mamba-ssm`` / ``causal-conv1d`` runs too: the chunked scan
+keeps B and C repeated to every head and a (Q x Q) decay matrix a chunk and head. With those kernels installed the
+mixer keeps less; a model with MoE blocks has no figure.
+
+What is not here: mixture-of-experts layers (their kernels keep other things on a GPU than transformers' torch path
+keeps on the CPU), the head's logits (bsb's update computes log-probs in chunks and never
 keeps a full (T, V) tensor), and the tree-packed update's attention on the CPU (its SDPA levels gather each
 segment's whole context, with the key heads repeated to the query heads). On CUDA the tree-packed update attends with
 ``flex_attention`` over its unique tokens, which keeps per token what a flat forward keeps, so its unique tokens
@@ -25,6 +31,9 @@ from pathlib import Path
 
 RECORD = Path(__file__).with_name("activations.json")
 WIDTHS = ("d", "f", "q", "kv", "H", "1")
+MAMBA_WIDTHS = ("d", "HP", "HN", "GN", "HQ", "HPN/Q", "H", "1")
+# a hybrid's block types (config.layers_block_type) and the record's name for each
+BLOCKS = {"linear_attention": "mamba", "full_attention": "attention", "mlp": "mlp"}
 
 
 def widths(config) -> dict[str, int]:
@@ -47,6 +56,41 @@ def _record() -> dict:
     return json.loads(RECORD.read_text())
 
 
+def mamba_widths(config) -> dict[str, float]:
+    """The widths a Mamba-2 mixer's coefficients multiply (:data:`MAMBA_WIDTHS`)."""
+    h, p, n, g = config.mamba_num_heads, config.mamba_head_dim, config.ssm_state_size, config.n_groups
+    q = config.chunk_size
+    return {
+        "d": config.hidden_size,
+        "HP": h * p,
+        "HN": h * n,
+        "GN": g * n,
+        "HQ": h * q,
+        "HPN/Q": h * p * n / q,
+        "H": h,
+        "1": 1,
+    }
+
+
+def layers_bytes_per_token(config, dtype: str = "bfloat16") -> list[float] | None:
+    """Bytes each decoder layer keeps for its backward, per token (a dense family's layers alike; a hybrid's by its
+    block types); None where a family, block type or dtype was not measured."""
+    blocks = getattr(config, "layers_block_type", None)
+    if getattr(config, "model_type", "") not in _record().get("hybrids", {}) or not blocks:
+        per = layer_bytes_per_token(config, dtype)
+        return None if per is None else [per] * config.num_hidden_layers
+    record = _record()["hybrids"][config.model_type]
+    out = []
+    for kind in blocks:
+        coefficients = record.get(BLOCKS.get(kind, kind), {}).get(dtype)
+        if coefficients is None:
+            return None
+        w = mamba_widths(config) if BLOCKS.get(kind) == "mamba" else widths(config)
+        names = MAMBA_WIDTHS if BLOCKS.get(kind) == "mamba" else WIDTHS
+        out.append(float(sum(c * w[name] for c, name in zip(coefficients, names))))
+    return out
+
+
 def layer_bytes_per_token(config, dtype: str = "bfloat16") -> float | None:
     """Bytes one decoder layer keeps for its backward, per token, at ``dtype`` compute (``bfloat16``: autocast over
     fp32 weights, as the update runs on a GPU; ``float32``); None for a family or dtype not measured."""
@@ -62,10 +106,10 @@ def mask_bytes(config, rows: int, width: int, checkpointing: bool, dtype: str = 
     mask into an additive one of the compute dtype in every layer that gets a mask and keeps it for the backward:
     every layer when rows are padded (``rows`` > 1), else only the sliding-window layers (an unpadded full-attention
     layer runs causal, maskless). With checkpointing one layer's is rebuilt at a time."""
-    from bsb.engine.families import layer_kinds
+    from bsb.engine.families import ATTENTION_TYPES, layer_kinds
 
-    kinds = layer_kinds(config)
-    masked = len(kinds) if rows > 1 else sum(k == "sliding_attention" for k in kinds)
+    kinds = layer_kinds(config)  # a hybrid's Mamba-2 and MLP blocks take no mask
+    masked = sum(k in ATTENTION_TYPES for k in kinds) if rows > 1 else sum(k == "sliding_attention" for k in kinds)
     if not masked:
         return 0
     square = rows * width * width
@@ -76,14 +120,14 @@ def update_activation_bytes(
     config, rows: int, width: int, checkpointing: bool, dtype: str = "bfloat16"
 ) -> float | None:
     """Bytes a micro-batch of ``rows`` sequences padded to ``width`` tokens keeps between its forward and backward,
-    over every layer: each layer's activations, or with ``checkpointing`` each layer's fp32 input plus one layer's
-    activations (rebuilt in the backward); and the attention masks (:func:`mask_bytes`). None where
-    :func:`layer_bytes_per_token` has no figure."""
-    per = layer_bytes_per_token(config, dtype)
+    over every layer: each layer's activations, or with ``checkpointing`` each layer's fp32 input plus the largest
+    layer's activations (rebuilt in the backward, one at a time); and the attention masks (:func:`mask_bytes`). None
+    where :func:`layers_bytes_per_token` has no figure."""
+    per = layers_bytes_per_token(config, dtype)
     if per is None:
         return None
-    tokens, layers = rows * width, config.num_hidden_layers
-    kept = tokens * (layers * 4 * config.hidden_size + per) if checkpointing else tokens * layers * per
+    tokens = rows * width
+    kept = tokens * (len(per) * 4 * config.hidden_size + max(per)) if checkpointing else tokens * sum(per)
     return kept + mask_bytes(config, rows, width, checkpointing, dtype)
 
 

@@ -253,11 +253,29 @@ def check_colocation(
             if fit
             else "no checkpointed row of that length fits: launch more ranks or shorten max_response_len"
         )
+        if mamba_fallback(arch):
+            fix += "; or install mamba-ssm and causal-conv1d (their fused scan keeps far less)"
         raise ValueError(
             f"the update's micro-batch of {rows} x {width:,} tokens keeps about {acts / 2**30:.1f} GiB of activations"
-            f"{' (checkpointed)' if checkpointing else ''} beside {need / 2**30:.1f} GiB of trainer state, in the "
-            f"{room / 2**30:.1f} GiB the engine leaves (bsb cost --memory); {fix}"
+            f"{' (checkpointed)' if checkpointing else ''}{mamba_fallback(arch)} beside {need / 2**30:.1f} GiB of "
+            f"trainer state, in the {room / 2**30:.1f} GiB the engine leaves (bsb cost --memory); {fix}"
         )
+
+
+def mamba_fallback(config) -> str:
+    """What a model with Mamba-2 mixers runs them on, where the fast kernels are missing (``""`` otherwise): the
+    figure above is transformers' PyTorch path, which the start check then names."""
+    import importlib.util
+
+    from bsb.engine.families import has_recurrent_layers
+
+    missing = [m for m in ("mamba_ssm", "causal_conv1d") if importlib.util.find_spec(m) is None]
+    if not has_recurrent_layers(config) or not missing:
+        return ""
+    return (
+        f" on transformers' PyTorch path for its Mamba-2 mixers ({' and '.join(m.replace('_', '-') for m in missing)} "
+        "not installed: the chunked scan keeps B and C repeated to every head)"
+    )
 
 
 def peak_rss_gb() -> float:

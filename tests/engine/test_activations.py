@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from bsb.engine.activations import layer_bytes_per_token, saved_bytes, update_activation_bytes
+from bsb.engine.activations import layer_bytes_per_token, layers_bytes_per_token, saved_bytes, update_activation_bytes
 
 transformers = pytest.importorskip("transformers")
 
@@ -113,3 +113,36 @@ def test_padded_rows_keep_a_mask_in_every_layer(family):
 def test_an_unmeasured_family_has_no_figure():
     cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=2)
     assert layer_bytes_per_token(cfg) is None and update_activation_bytes(cfg, 1, 10, False) is None
+
+
+def _hybrid(blocks, **kw):
+    fields = dict(vocab_size=128, hidden_size=192, intermediate_size=320, num_attention_heads=3, num_key_value_heads=1,
+                  head_dim=40, mamba_num_heads=6, mamba_head_dim=24, ssm_state_size=24, n_groups=3, chunk_size=48,
+                  conv_kernel=4, layers_block_type=blocks, tie_word_embeddings=False, use_cache=False,
+                  attn_implementation="sdpa", pad_token_id=0)
+    return transformers.NemotronHConfig(**{**fields, **kw})
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_hybrid_is_priced_block_by_block_at_unseen_widths(dtype):
+    """Nemotron-H at widths bench/activations.py never saw (its Mamba-2 mixers on transformers' PyTorch path, what a
+    GPU without mamba-ssm runs): the saved bytes a token of a Mamba, an attention and an MLP block each within 2% of
+    the model's figure, and a whole hybrid's update the sum of its blocks; a model with MoE blocks has no figure."""
+    blocks = ["linear_attention", "mlp", "full_attention", "linear_attention"]
+    per = layers_bytes_per_token(_hybrid(blocks), dtype)
+
+    def measured(kind):
+        def saved(n, layers):
+            torch.manual_seed(0)
+            model = transformers.AutoModelForCausalLM.from_config(_hybrid([kind] * layers)).train()
+            return saved_bytes(model, torch.randint(0, 128, (1, n)), dtype)
+        return ((saved(192, 2) - saved(192, 1)) - (saved(96, 2) - saved(96, 1))) / 96
+
+    for i, kind in enumerate(blocks[:3]):
+        assert measured(kind) == pytest.approx(per[i], rel=0.02), kind
+    assert per[0] == per[3] and per[0] > 3 * per[1]  # the scan's repeated B, C and decay matrices dominate
+    cfg = _hybrid(blocks)
+    assert update_activation_bytes(cfg, 1, 96, False, dtype) == pytest.approx(96 * sum(per))
+    assert update_activation_bytes(cfg, 1, 96, True, dtype) == pytest.approx(96 * (4 * 4 * 192 + max(per)))
+    assert layers_bytes_per_token(_hybrid(blocks + ["moe"], n_routed_experts=4, num_experts_per_tok=2,
+                                          moe_intermediate_size=48)) is None

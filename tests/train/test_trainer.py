@@ -736,3 +736,26 @@ def test_a_garbled_weight_sync_stops_training_with_one_error(model_dir, tmp_path
     cfg = config(model_dir, tmp_path / "run2", steps=1, val_every=0, save_every=0, selector="midpoint",
                  sync_check_every=0)
     assert Trainer(cfg, rollout_backend=off).run()[-1]["step"] == 1  # sync_check_every=0: never checked
+
+
+def test_a_nemotron_budget_its_mamba_fallback_cannot_hold_is_refused_at_start(tmp_path, monkeypatch):
+    """Nemotron-Nano-9B-v2's shape with the paper's one 26,048-token checkpointed row: on the PyTorch path for its
+    Mamba-2 mixers (no mamba-ssm / causal-conv1d, as on the GPU image) the update keeps about 45 GiB, which an 85 GB
+    H100 beside its engine cannot hold: one error at start naming the missing kernels; a shorter row fits."""
+    from bsb.engine import device as D
+    from bsb.engine.known_models import known_config
+
+    arch = known_config("NVIDIA-Nemotron-Nano-9B-v2-Base")
+    arch.save_pretrained(tmp_path)
+    monkeypatch.setattr(D, "checkpoint_params", lambda path: 1000)  # the weights' share aside: the activations
+
+    class Props:
+        total_memory = 85 * 10**9
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: Props())
+    with pytest.raises(ValueError, match=r"micro-batch of 1 x 26,048 tokens keeps about 4\d\.\d GiB of activations "
+                                         r"\(checkpointed\) on transformers' PyTorch path for its Mamba-2 mixers "
+                                         r"\(mamba-ssm and causal-conv1d not installed.*; or install mamba-ssm and "
+                                         r"causal-conv1d"):
+        D.check_colocation(tmp_path, torch.device("cuda"), 0.5, update=[(1, 26_048, True)])
+    D.check_colocation(tmp_path, torch.device("cuda"), 0.5, update=[(1, 8_192, True)])  # a budget that fits
