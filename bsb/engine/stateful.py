@@ -3,7 +3,9 @@
 No attention mask restricts a recurrent layer, so the packed forward (:mod:`bsb.engine.packed`) cannot read these
 models. Instead each chain is forwarded once, up to its last cut, in segments that end at its cuts, with a
 transformers cache; after each segment every recurrent layer's conv state and SSM state (the state at that cut)
-are cloned. Then one batched forward (C rows, or chunks of ``max_rows``) runs the C suffix segments ``suffix (+
+are cloned. Then one batched forward (C rows, or chunks of at most ``max_rows``, and of at most
+:data:`KV_ROW_TOKENS` cached keys in all: every row holds its own copy of the chain's keys and values, so a chain of 26k
+tokens is read 2 rows at a time) runs the C suffix segments ``suffix (+
 answer)``, row j starting from the state at cut t_j: its recurrent layers hold that cut's states, its attention
 layers the chain's keys and values masked to keys < t_j, its position ids start at t_j. The reads equal
 :func:`bsb.engine.packed.naive_reads` (tests/engine/test_stateful.py): max_j t_j + C·(E + n − 1) token-forwards a
@@ -26,6 +28,7 @@ from bsb.engine.hf_model import ResidualCapture
 from bsb.engine.packed import CutReads, _as_ids, _blocks, _segment
 
 LAYER_TYPES = ("linear_attention", "full_attention", "mlp", "moe")  # what this module carries, masks or ignores
+KV_ROW_TOKENS = 65_536  # cached key positions a batched read holds over its rows (each row copies the chain's)
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")  # those that honour an additive 4D mask
 
 
@@ -78,6 +81,7 @@ def _chain_reads(model, prefix, cuts, suffix, answer, with_hidden, max_rows) -> 
     seg = _segment(suffix, answer)  # the answer but its last token (bsb.engine.packed)
     n = 0 if answer is None else answer.numel()
     parts, order, forwards = [], [], done
+    max_rows = max(1, min(max_rows, KV_ROW_TOKENS // max(1, done)))  # the rows' copies of the keys bounded
     for shift in (0, 1):  # rows of one shift share a width: a detoured row never pads the others
         group = [j for j, t in enumerate(cuts) if t - anchor[t] == shift]
         width = max(2, seg.numel() + shift)

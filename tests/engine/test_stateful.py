@@ -161,3 +161,20 @@ def test_refuses_what_it_cannot_carry():
     flash = types.SimpleNamespace(config=types.SimpleNamespace(layer_types=KINDS, _attn_implementation="flash"))
     with pytest.raises(ValueError, match="eager or sdpa"):
         check_stateful(flash)
+
+
+def test_a_long_chain_is_read_a_few_rows_at_a_time(monkeypatch):
+    """Every row of a batched read holds its own copy of the chain's keys and values: the rows of one forward hold at
+    most KV_ROW_TOKENS cached positions (a 26k-token chain is read 2 rows at a time), and the reads do not change."""
+    import bsb.engine.stateful as S
+
+    model = tiny("eager")
+    prefix, cuts = ids(120, 8), [110, 7, 30, 55, 80, 96]
+    want = stateful_reads(model, [(prefix, cuts, ANSWER)], SUFFIX)[0]
+    batches = []
+    real = S._rows
+    monkeypatch.setattr(S, "_rows", lambda m, p, ts, *a: batches.append(len(ts)) or real(m, p, ts, *a))
+    monkeypatch.setattr(S, "KV_ROW_TOKENS", 2 * 110)
+    got = stateful_reads(model, [(prefix, cuts, ANSWER)], SUFFIX)[0]
+    assert batches == [2, 2, 2] and got.token_forwards == want.token_forwards
+    assert_reads_equal(got, want)
