@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bsb.commands.flags import command_parser, from_args
@@ -66,6 +66,23 @@ NEEDS = {
 @dataclass
 class ValidateConfig(OfflineConfig):
     n_problems: int = _f(24, "problems (one sampled chain each)", ge=1, size_limit=MAX_COUNT)
+    chains_per_problem: int = _f(
+        1,
+        "chains sampled per problem, each with its own V* curve (the intervals resample problems, a problem's chains "
+        "together)",
+        ge=1,
+        size_limit=MAX_COUNT,
+    )
+    pass_band: tuple[float, ...] = _f(
+        (),
+        "LO HI: keep only problems whose pass rate at --temperature lies in [LO, HI] (e.g. 0.2 0.8), each estimated "
+        "from --screen-samples completions of its prompt, the first --n-problems of --screen-problems candidates",
+        nargs=2,
+    )
+    screen_problems: int | None = _f(
+        None, "candidates --pass-band screens (default 8 x --n-problems)", ge=1, size_limit=MAX_COUNT
+    )
+    screen_samples: int = _f(8, "completions that estimate a candidate's pass rate", ge=1, size_limit=MAX_COUNT)
     selectors: tuple[str, ...] = _f(DEFAULT_SELECTORS, "selectors to rank (default: every boundary selector)")
     bsv_path: str | None = _f(None, "a fitted BSV direction file (adds the bsv selector)", flag="--bsv")
     task_bsv: bool = _f(
@@ -99,6 +116,9 @@ class ValidateConfig(OfflineConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        self.pass_band = tuple(self.pass_band)
+        if self.pass_band and not (len(self.pass_band) == 2 and 0 <= self.pass_band[0] <= self.pass_band[1] <= 1):
+            raise ValueError(f"--pass-band takes LO HI with 0 <= LO <= HI <= 1, got {list(self.pass_band)}")
         if self.b is None:
             self.b = 3 if self.model == "embedded" else 10
         if self.bsv_path is not None:
@@ -135,13 +155,67 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    result = run_validate(from_args(ValidateConfig, args, parser))
+    try:
+        result = run_validate(from_args(ValidateConfig, args, parser))
+    except ValueError as err:  # a screen that finds no problem at the model's level, a damaged screen.jsonl
+        parser.error(str(err))
     if not result["ranking"]:
         print("every V* curve was flat: no selector can be scored (more problems, or a model that solves some of them)")
         return 0
     first = result["ranking"][0]
     print(f"ranks first: {first} (mean E {result['mean_error'][first]:.3f}; oracle floor {result['floor']:.3f})")
     return 0
+
+
+def _screen(cfg: ValidateConfig, gen, session, out: Path, console) -> None:
+    """Keep the first ``n_problems`` of the session's candidates whose pass rate lies in ``pass_band``
+    (:mod:`bsb.eval.screen`); rates already in ``screen.jsonl`` are read, not sampled again, and screening stops
+    once enough problems are in the band."""
+    from tqdm import tqdm
+
+    from bsb.eval.screen import in_band, pass_rates, read_screen
+
+    path, k = out / "screen.jsonl", cfg.screen_samples
+    done = read_screen(path, k)
+
+    def kept() -> list[int]:
+        return [i for i, p in enumerate(session.problems) if p.id in done and in_band(done[p.id], k, cfg.pass_band)]
+
+    todo = [i for i, p in enumerate(session.problems) if p.id not in done]
+    bar = tqdm(
+        total=len(session.problems),
+        initial=len(session.problems) - len(todo),
+        desc="screening pass rates",
+        disable=not cfg.progress,
+    )
+    for start in range(0, len(todo), 16):
+        if len(kept()) >= cfg.n_problems:
+            break
+        chunk = todo[start : start + 16]
+        got = pass_rates(gen, session, chunk, k, cfg.temperature, cfg.max_response, cfg.seed)
+        with path.open("a") as f:
+            for i, correct in got.items():
+                done[session.problems[i].id] = correct
+                f.write(json.dumps({"id": session.problems[i].id, "correct": correct, "samples": k}) + "\n")
+        bar.update(len(chunk))
+    bar.close()
+    chosen = kept()[: cfg.n_problems]
+    rates = [done[p.id] / k for p in session.problems if p.id in done]
+    lo, hi = cfg.pass_band
+    console.print(
+        f"screened {len(rates)} problems ({k} completions each, T {cfg.temperature}): mean pass rate "
+        f"{sum(rates) / max(1, len(rates)):.2f}, {sum(r == 0 for r in rates)} never solved, "
+        f"{sum(r == 1 for r in rates)} always; {len(chosen)} in [{lo:g}, {hi:g}] kept"
+    )
+    if len(chosen) < cfg.n_problems:
+        console.print(
+            f"[yellow]only {len(chosen)} of the {cfg.n_problems} problems asked are in the band: more "
+            "--screen-problems, a wider --pass-band, or an easier dataset[/yellow]"
+        )
+    if not chosen:
+        raise ValueError(f"no screened problem has a pass rate in [{lo:g}, {hi:g}]")
+    session.problems = [session.problems[i] for i in chosen]
+    session.prompts = [session.prompts[i] for i in chosen]
 
 
 def _sample_chains(cfg: ValidateConfig, gen, session, out: Path) -> dict[str, list[int]]:
@@ -233,7 +307,8 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     options = (
         cfg.task_options if cfg.task_options is not None else ({"ops": [2, 3, 4]} if cfg.task == "arith" else None)
     )
-    session = open_session(cfg, cfg.n_problems, cfg.seed, task_options=options)
+    candidates = (cfg.screen_problems or 8 * cfg.n_problems) if cfg.pass_band else cfg.n_problems
+    session = open_session(cfg, candidates, cfg.seed, task_options=options)
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     bsv_path = cfg.bsv_path
@@ -245,6 +320,13 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     gen = make_rollout_backend(
         cfg.backend, session.path, session.hf, max_len, cfg.seed, dtype=session.model.dtype, log_file=out / "vllm.log"
     )
+    if cfg.pass_band:
+        _screen(cfg, gen, session, out, console)  # problems at the model's level only
+    if cfg.chains_per_problem > 1:
+        session.problems = [
+            replace(p, id=f"{p.id}#c{j}") for p in session.problems for j in range(cfg.chains_per_problem)
+        ]
+        session.prompts = [p for p in session.prompts for _ in range(cfg.chains_per_problem)]
     saved = _sample_chains(cfg, gen, session, out)  # sampled once, reused on resume
     store = CompletionStore(out / "completions.jsonl")
     judge = judge_client(cfg)

@@ -119,3 +119,70 @@ def test_resumed_chains_are_seeded_by_their_place_in_the_set(tmp_path):
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     assert resumed == _sample_chains(cfg, Gen(), session, fresh)  # what one uninterrupted run draws
+
+
+def test_validate_screens_problems_by_pass_rate_and_samples_several_chains_each(model_dir, tmp_path, capsys,
+                                                                                 monkeypatch):
+    """--pass-band keeps the first problems whose pass rate (from --screen-samples completions) lies in the band,
+    screen.jsonl keeps the rates for a rerun; --chains-per-problem samples that many chains a problem, each with its own
+    curve, and the intervals count problems, not chains. (The test model solves nothing: the rates are scripted; the
+    real sampling is the next test's.)"""
+    import bsb.eval.screen as S
+
+    screened = []
+
+    def scripted(gen, session, indices, samples, *a):
+        screened.extend(indices)
+        return {i: (i * 3) % (samples + 1) for i in indices}  # 0, 3, 1, 4, 2, ... of 4
+
+    monkeypatch.setattr(S, "pass_rates", scripted)
+    out = tmp_path / "screened"
+    args = ["validate", model_dir, "--task", "arith", "--task-option", "ops=[1]", "max_operand=3", "--n-problems", "2",
+            "--m", "4", "--n-mc", "2", "--b", "2",
+            "--backend", "hf", "--max-response", "48", "--out", str(out), "--pass-band", "0.25", "0.75",
+            "--screen-problems", "24", "--screen-samples", "4", "--chains-per-problem", "2"]
+    main(args)
+    screen = [json.loads(x) for x in (out / "screen.jsonl").read_text().splitlines()]
+    assert screen and all(r["samples"] == 4 and 0 <= r["correct"] <= 4 for r in screen)
+    assert len(screen) == 16 == len(screened)  # one chunk of 16 held the 2 problems asked: screening stopped there
+    band = [r["id"] for r in screen if 1 <= r["correct"] <= 3][:2]
+    assert [r["correct"] for r in screen][:4] == [0, 3, 1, 4] and band == ["arith-0-1", "arith-0-2"]
+    chains = [json.loads(x) for x in (out / "chains.jsonl").read_text().splitlines()]
+    assert [c["id"] for c in chains] == [f"{i}#c{j}" for i in band for j in range(2)]
+    assert chains[0]["response"] != chains[1]["response"] or chains[0]["prompt"] == chains[1]["prompt"]
+    printed = capsys.readouterr().out
+    assert f"screened {len(screen)} problems (4 completions each" in printed and f"{len(band)} in [0.25, 0.75] kept" in printed
+    main(args)  # a rerun reads the rates: nothing screened again
+    assert len((out / "screen.jsonl").read_text().splitlines()) == len(screen) == len(screened)
+    (out / "screen.jsonl").write_text('{"id": "x", "correct": 9, "samples": 4}\n')
+    with pytest.raises(SystemExit):
+        main(args)
+    assert "screen.jsonl:1: not a screen row of 4 samples" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["validate", model_dir, "--pass-band", "0.8", "0.2"])
+    assert "--pass-band takes LO HI with 0 <= LO <= HI <= 1" in capsys.readouterr().err
+
+
+def test_pass_rates_grade_each_problems_own_completions():
+    """bsb.eval.screen.pass_rates on a scripted backend: every problem's samples drawn with their own seeds and graded
+    against that problem."""
+    from types import SimpleNamespace
+
+    from bsb.eval.screen import in_band, pass_rates
+    from bsb.tasks.base import Problem, Verdict
+
+    calls = []
+
+    class Gen:
+        def generate(self, prompts, max_new_tokens, temperature, seed, eos_token_id):
+            calls.append((list(prompts), list(seed), max_new_tokens, temperature))
+            return [[p[0], s % 2] for p, s in zip(prompts, seed)]  # right where the seed is odd
+
+    task = SimpleNamespace(verify=lambda text, p: Verdict(float(text.endswith("1")), text.endswith("1"), ""))
+    session = SimpleNamespace(prompts=[[10], [20], [30]], problems=[Problem(str(i), "", "") for i in range(3)],
+                              eos=0, task=task, decode=lambda ids: " ".join(map(str, ids)))
+    got = pass_rates(Gen(), session, [0, 2], 4, 0.7, 64, seed=5)
+    prompts, seeds, cap, temp = calls[0]
+    assert prompts == [[10]] * 4 + [[30]] * 4 and len(set(seeds)) == 8 and (cap, temp) == (64, 0.7)
+    assert got == {0: sum(s % 2 for s in seeds[:4]), 2: sum(s % 2 for s in seeds[4:])}
+    assert in_band(1, 4, (0.2, 0.8)) and not in_band(0, 4, (0.2, 0.8)) and in_band(4, 4, (0.2, 1.0))
