@@ -284,7 +284,7 @@ def memory_report(
     from rich.table import Table
 
     from bsb.engine.activations import worst_micro_batch
-    from bsb.engine.device import (
+    from bsb.engine.memory import (
         memory_plan,
         model_params,
         offload_gpu_bytes,

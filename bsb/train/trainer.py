@@ -37,7 +37,8 @@ from bsb import floors
 from bsb.embedded.model import resolve_model
 from bsb.engine.backend import BackendError, capabilities
 from bsb.engine.boundaries import newline_token_mask
-from bsb.engine.device import check_colocation, peak_rss_gb, resolve_device, resolve_dtype
+from bsb.engine.device import resolve_device, resolve_dtype
+from bsb.engine.memory import check_colocation, peak_rss_gb
 from bsb.engine.probe import SelectorConfig, answer_tokens, check_against_model, resolve
 from bsb.engine.reader import bind_reader, read_path
 from bsb.engine.selectors import make_selector

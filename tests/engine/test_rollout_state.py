@@ -6,8 +6,8 @@ import pytest
 import torch
 from families import tiny_model
 
-from bsb.engine.device import rollout_architecture, rollout_state_bytes
 from bsb.engine.known_models import COUNTED
+from bsb.engine.memory import rollout_architecture, rollout_state_bytes
 
 transformers = pytest.importorskip("transformers")
 

@@ -422,7 +422,7 @@ def test_cuda_where_there_is_none_fails_before_any_model_loads(tmp_path):
 
 
 def test_colocation_check_names_the_missing_room(tmp_path, monkeypatch):
-    from bsb.engine import device as D
+    from bsb.engine import memory as D
 
     (tmp_path / "config.json").write_text('{"torch_dtype": "bfloat16"}')
     (tmp_path / "model.safetensors").write_bytes(b"0" * (2 * 1000))  # 1,000 bf16 parameters
@@ -441,7 +441,7 @@ def test_colocation_check_refuses_an_update_whose_activations_do_not_fit(tmp_pat
     """A Llama of 4 layers (d 320, f 1,000) beside an engine on a 2 GB GPU: four 8,192-token rows keep ~10 GB of
     activations, one error at start naming gradient_checkpointing and a micro_batch_tokens that fits; checkpointed
     one-row micro-batches pass."""
-    from bsb.engine import device as D
+    from bsb.engine import memory as D
     from bsb.engine.activations import update_activation_bytes
 
     cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=320, intermediate_size=1000, num_attention_heads=5,
@@ -471,7 +471,7 @@ def test_the_start_check_prices_the_worst_micro_batch_a_paper_budget_admits(tmp_
     padded pair whose masks one row does not keep, never a 20,000-token row with three others (80,000 positions)."""
     from pathlib import Path
 
-    from bsb.engine import device as D
+    from bsb.engine import memory as D
     from bsb.engine.activations import update_activation_bytes, worst_micro_batch
 
     recipe = TrainConfig.from_yaml(Path(__file__).parents[2] / "configs" / "paper" / "qwen3-8b" / "math" / "probe_js.yaml")
@@ -501,7 +501,7 @@ def test_offloaded_shards_leave_the_gpu_the_root_and_two_layers(tmp_path, monkey
     The start check refuses the one layout on an 85 GB H100 and accepts the other; bsb cost's default GPU is this
     machine's (an H200's 150e9 bytes without one)."""
     from bsb.commands.cost import H200_BYTES, gpu_bytes
-    from bsb.engine import device as D
+    from bsb.engine import memory as D
 
     arch = transformers.Qwen3Config(vocab_size=151_936, hidden_size=4096, intermediate_size=12_288, num_hidden_layers=36,
                                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False)
@@ -742,7 +742,7 @@ def test_a_nemotron_budget_its_mamba_fallback_cannot_hold_is_refused_at_start(tm
     """Nemotron-Nano-9B-v2's shape with the paper's one 26,048-token checkpointed row: on the PyTorch path for its
     Mamba-2 mixers (no mamba-ssm / causal-conv1d, as on the GPU image) the update keeps about 45 GiB, which an 85 GB
     H100 beside its engine cannot hold: one error at start naming the missing kernels; a shorter row fits."""
-    from bsb.engine import device as D
+    from bsb.engine import memory as D
     from bsb.engine.known_models import known_config
 
     arch = known_config("NVIDIA-Nemotron-Nano-9B-v2-Base")
