@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bsb.engine.known_models import KNOWN_MODELS, known_config
+from bsb.engine.probe import read_tokens
 
 
 @dataclass(frozen=True)
@@ -54,13 +55,13 @@ class ModelFlops:
     def probe_read(self, prefix: float, suffix_len: int, read_len: int) -> float:
         """One Probe-JS read at a cut ``prefix`` tokens into the sequence (prompt included), from the cut's cached
         keys and values: E + L − 1 tokens through the body, the head at L positions."""
-        q = suffix_len + read_len - 1
+        q = read_tokens(suffix_len, read_len)
         return self.body(q, prefix + q) + read_len * self.head_per_position
 
     def lens_read(self, prefix: float, suffix_len: int, answer_len: int, read_layers: int) -> float:
         """One Lens-Shift read at a cut: E + n − 1 tokens through the body, the head at n positions of every read
         layer (the lens is the final norm and the head on each layer's residual stream)."""
-        q = suffix_len + answer_len - 1
+        q = read_tokens(suffix_len, answer_len)
         return self.body(q, prefix + q) + read_layers * answer_len * self.head_per_position
 
     def token(self, context: float) -> float:

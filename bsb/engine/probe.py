@@ -94,6 +94,13 @@ class SelectorConfig(ProbeConfig):
             raise ValueError("; ".join(problems))
 
 
+def read_tokens(suffix_len: int, read_len: int) -> int:
+    """Tokens one belief read of a cut forwards beyond the cut's cached prefix: the suffix (E), then the read's own
+    L - 1 tokens (Probe-JS's sampled read tokens, or a Lens-Shift answer but its last token): the suffix's last
+    position gives the first read. A chain's read floor is C of them, C·(E + L - 1); the one place that says so."""
+    return suffix_len + max(read_len - 1, 0)
+
+
 def check_against_model(config: ProbeConfig, vocab_size: int, n_layers: int) -> None:
     """The probe values that depend on the model, checked once it is known: ``top_k`` within the vocabulary and
     ``lens_layers`` among its decoder layers (one error before any training or reading)."""

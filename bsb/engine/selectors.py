@@ -37,7 +37,7 @@ import torch
 from bsb import kernels
 from bsb.engine.backend import ChainResults, cached_tokens, capabilities, require
 from bsb.engine.boundaries import CandidatePool, candidate_pool
-from bsb.engine.probe import SelectorConfig
+from bsb.engine.probe import SelectorConfig, read_tokens
 from bsb.registry import Registry
 
 
@@ -386,8 +386,7 @@ class ProbeJS(Selector):
     requires = ("belief_logits", "belief_topk")
 
     def read_floor(self, chain, pool):
-        # C·(E + L − 1): the suffix, then the L − 1 sampled read tokens; the first read is the suffix's last logits
-        return len(pool.positions) * (len(self.config.suffix) + self.config.read_len - 1)
+        return len(pool.positions) * read_tokens(len(self.config.suffix), self.config.read_len)  # C·(E + L − 1)
 
     def score(self, chain, pool, backend, index, seed=0):
         result = self.score_many([(index, chain, pool)], backend, seed)[0]
@@ -445,8 +444,7 @@ class LensShift(Selector):
     needs_answer = True
 
     def read_floor(self, chain, pool):
-        # C·(E + n − 1): the suffix and the answer but its last token (the suffix's last position predicts the first)
-        return len(pool.positions) * (len(self.config.suffix) + max(len(chain.answer or ()) - 1, 0))
+        return len(pool.positions) * read_tokens(len(self.config.suffix), len(chain.answer or ()))  # C·(E + n − 1)
 
     def score(self, chain, pool, backend, index, seed=0):
         result = self.score_many([(index, chain, pool)], backend, seed)[0]
