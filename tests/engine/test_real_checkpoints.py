@@ -14,6 +14,7 @@ from bsb.train import update
 from bsb.train.config import TrainConfig
 from bsb.train.loss import response_logprobs
 from bsb.train.phases import advantage_rows
+from bsb.train.run_plan import resolve_plan
 from bsb.train.tree import Leaf, PromptTree
 from bsb.train.tree_pack import tree_attention_on, tree_logprobs
 
@@ -145,7 +146,8 @@ def _update_grads(model, rows, cfg, old):
     todo = list(range(len(rows)))
     n_tokens = sum(len(r.response) for r in rows)
     with tree_attention_on(model) if cfg.update_packing == "tree" else torch.enable_grad():
-        loss, _ = update._backward(model, rows, todo, cfg, 0, n_tokens, len(rows), old, update._Tally())
+        plan = resolve_plan(cfg, model)[0]
+        loss, _ = update._backward(model, rows, todo, cfg, plan, 0, n_tokens, len(rows), old, update._Tally())
     grads = [p.grad for p in model.parameters()]  # kept here, released by the model (no copy of 0.6B floats)
     model.zero_grad(set_to_none=True)
     return float(loss), grads
