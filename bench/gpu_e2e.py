@@ -95,8 +95,10 @@ def tree_step(log, model, device, dtype, prompts=4, max_response=256, chains=4, 
     from bsb.engine.selectors import SelectorConfig, make_selector
     from bsb.train import phases, update
     from bsb.train.config import TrainConfig
-    from bsb.train.rollout import TreeConfig, tree_rollout
+    from bsb.train.rollout import tree_rollout
     from bsb.train.run_plan import resolve_plan
+    from bsb.train.sampling import Sampling
+    from bsb.train.tree_options import TreeOptions
 
     vocab = model.config.vocab_size
     policy = model.float() if dtype != torch.float32 else model  # fp32 master weights, bf16 autocast
@@ -121,7 +123,8 @@ def tree_step(log, model, device, dtype, prompts=4, max_response=256, chains=4, 
             backend,
             sel,
             newline,
-            TreeConfig(chains, 2, max_response, 1.0, 1.0, 1),
+            TreeOptions(chains, 2, 1),
+            Sampling(max_response),
             eos_id=vocab - 1,
             seed=0,
             answer_tokens=(lambda r: answer) if selector == "lens_shift" else None,

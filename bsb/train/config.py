@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bsb.engine.backend import BACKEND_NAMES, CPU_PROCESS_MODES
-from bsb.engine.boundaries import MIN_FORK_TOKENS
 from bsb.engine.probe import ProbeConfig
 from bsb.engine.reader import PROBE_READERS
 from bsb.engine.run_options import RunOptions
@@ -27,9 +26,11 @@ from bsb.tasks.registry import TASKS
 from bsb.train.advantages import ADVANTAGES
 from bsb.train.logprob_pass import PASS_NAMES, TreePass
 from bsb.train.loss import LOSS_AGGS, LOSSES
+from bsb.train.rollout import fork_room_problem
+from bsb.train.sampling import Sampling
 from bsb.train.trackers import tracker_names, tracker_problems
 from bsb.train.tree_options import CreditOptions, TreeOptions
-from bsb.train.two_stage import EARLY_EOS_RULES
+from bsb.train.two_stage import EARLY_EOS_RULES, TwoStageConfig
 
 
 @dataclass
@@ -307,16 +308,20 @@ class TrainConfig(RunOptions, ProbeConfig, PromptConfig, TreeOptions, CreditOpti
         unknown = [n for n in self.resume_changes if not isinstance(n, str) or n not in names]
         if unknown:
             yield f"resume_changes names no field: {', '.join(map(repr, unknown))} (it lists config fields, e.g. [lr])"
-        # A probe reads the suffix and one token after a prefix; the response budget must leave room for a fork.
-        if self.max_response_len < MIN_FORK_TOKENS:
-            yield f"max_response_len {self.max_response_len} is smaller than a probe (a prefix, a 2-token tail)"
-        if (
-            self.rollout == "two_stage"
-            and not 1 <= self.two_stage_t_min <= self.two_stage_t_max < self.max_response_len
-        ):
-            yield "two_stage needs 1 <= two_stage_t_min <= two_stage_t_max < max_response_len"
+        # the rollouts' own checks, made here once at start: room for a fork, stopping times within the cap
+        yield from filter(None, [fork_room_problem(self.max_response_len)])
+        if self.rollout == "two_stage" and self.early_eos in EARLY_EOS_RULES:
+            yield from filter(None, [self.two_stage_config().problem(self.max_response_len)])
         if not 0 <= self.overlong_buffer <= self.max_response_len:
             yield f"overlong_buffer must be in [0, max_response_len], got {self.overlong_buffer}"
+
+    def sampling(self) -> Sampling:
+        """How every rollout of the run samples: the response cap, temperature and top-p."""
+        return Sampling(self.max_response_len, self.temperature, self.top_p)
+
+    def two_stage_config(self) -> TwoStageConfig:
+        """[TwoStage]'s stopping rule as this config sets it (its K and B are ``chains`` and ``siblings``)."""
+        return TwoStageConfig(self.two_stage_t_min, self.two_stage_t_max, self.early_eos)
 
     @property
     def group_size(self) -> int:

@@ -29,10 +29,11 @@ from bsb.train.advantages import advantages
 from bsb.train.config import TrainConfig
 from bsb.train.fork_stats import step_fork_metrics
 from bsb.train.rewards import RewardConfig, leaf_reward
-from bsb.train.rollout import RolloutTimes, TreeConfig, flat_rollout, tree_rollout
+from bsb.train.rollout import RolloutTimes, flat_rollout, tree_rollout
+from bsb.train.run_plan import RunPlan
 from bsb.train.seeds import stream
 from bsb.train.tree import PromptTree, Row
-from bsb.train.two_stage import TwoStageConfig, two_stage_trees
+from bsb.train.two_stage import two_stage_trees
 
 
 @dataclass
@@ -77,15 +78,16 @@ def generate_trees(
     prompts: Sequence[list[int]],
     kind: str,
     cfg: TrainConfig,
+    plan: RunPlan,
     ctx: RolloutContext,
     seed: int,
     first: int = 0,
 ) -> Generated:
     """The trees of ``problems`` (the round's prompts from global index ``first`` on: each prompt's seeds derive from
-    that index, so a data-parallel rank's share grows the trees one process would)."""
-    ids, golds = [p.id for p in problems], [p.answer for p in problems]
+    that index, so a data-parallel rank's share grows the trees one process would); ``cfg`` is the tree's shape (M, k,
+    refills), ``plan`` holds the sampling and the two-stage rule."""
+    ids, golds, sampling = [p.id for p in problems], [p.answer for p in problems], plan.sampling
     if kind == "tree":
-        tcfg = TreeConfig.of(cfg, cfg.max_response_len, cfg.temperature, cfg.top_p)
         trees, times = tree_rollout(
             prompts,
             ids,
@@ -93,7 +95,8 @@ def generate_trees(
             ctx.backend,
             ctx.selector,
             ctx.newline,
-            tcfg,
+            cfg,
+            sampling,
             ctx.eos,
             seed,
             ctx.answer_tokens,
@@ -101,26 +104,11 @@ def generate_trees(
         )
         return Generated(trees, times, Counter(), kind)
     if kind == "two_stage":
-        scfg = TwoStageConfig(
-            cfg.chains, cfg.siblings, cfg.two_stage_t_min, cfg.two_stage_t_max, cfg.max_response_len, cfg.early_eos
-        )
         trees, times, census = two_stage_trees(
-            prompts, ids, golds, ctx.backend, scfg, ctx.newline, ctx.eos, seed, cfg.temperature, cfg.top_p, first
+            prompts, ids, golds, ctx.backend, cfg, plan.two_stage, sampling, ctx.newline, ctx.eos, seed, first
         )
         return Generated(trees, times, Counter(census), kind)
-    trees, times = flat_rollout(
-        prompts,
-        ids,
-        golds,
-        ctx.backend,
-        cfg.group_size,
-        cfg.max_response_len,
-        ctx.eos,
-        seed,
-        cfg.temperature,
-        cfg.top_p,
-        first,
-    )
+    trees, times = flat_rollout(prompts, ids, golds, ctx.backend, cfg.group_size, sampling, ctx.eos, seed, first)
     census = Counter({"flat_warmup_pairs": cfg.chains * len(prompts)}) if kind == "flat_warmup" else Counter()
     return Generated(trees, times, census, kind)
 

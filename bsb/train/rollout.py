@@ -7,7 +7,8 @@ reuses the prefix's cached KV blocks and generates only the continuation). A cha
 two tokens, or no budget left) is replaced by a fresh root chain, up to ``max_refills`` rounds; one that still
 cannot fork after that forks at 0, i.e. its k siblings are fresh roots sharing no prefix, and is counted. Every
 prompt therefore emits exactly ``M (1 + k)`` leaves. All prompts of a step are generated together, one batched
-request per phase.
+request per phase. The tree's shape is a :class:`~bsb.train.tree_options.TreeOptions` (``bsb train``'s config and
+verl's settings are ones), how it samples a :class:`~bsb.train.sampling.Sampling`.
 """
 
 from __future__ import annotations
@@ -21,35 +22,18 @@ import torch
 
 from bsb.engine.boundaries import MIN_FORK_TOKENS, MIN_TAIL
 from bsb.engine.selectors import ChainInput, ForkChoice, Selector
+from bsb.train.sampling import Sampling
 from bsb.train.seeds import derive
 from bsb.train.tree import Leaf, PromptTree
 from bsb.train.tree_options import TreeOptions
 
 
-@dataclass(frozen=True)
-class TreeConfig:
-    chains: int = 4  # M, root chains per prompt
-    siblings: int = 2  # k, continuations per fork
-    max_response: int = 256  # response token cap of every chain and continuation
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_refills: int = 2  # rounds of fresh root chains for chains that cannot fork
-
-    def __post_init__(self):
-        if self.chains < 1:
-            raise ValueError(f"chains (M) must be >= 1, got {self.chains}")
-        if self.siblings < 1:
-            raise ValueError(f"siblings (k) must be >= 1, got {self.siblings}")
-        if self.max_response < MIN_FORK_TOKENS:
-            raise ValueError(
-                f"max_response must be >= {MIN_FORK_TOKENS} (a fork needs a prefix and a {MIN_TAIL}-token tail), "
-                f"got {self.max_response}"
-            )
-
-    @classmethod
-    def of(cls, options: TreeOptions, max_response: int, temperature: float = 1.0, top_p: float = 1.0) -> TreeConfig:
-        """The tree a config's :class:`~bsb.train.tree_options.TreeOptions` asks for (``bsb train``'s or verl's)."""
-        return cls(options.chains, options.siblings, max_response, temperature, top_p, options.max_refills)
+def fork_room_problem(max_tokens: int, name: str = "max_response_len") -> str | None:
+    """Why a response cap of ``max_tokens`` (the option ``name``) leaves no room for a fork (a prefix and a tail), or
+    None: the one check, made at start by ``bsb train``'s config and verl's, and by :func:`tree_rollout`."""
+    if max_tokens < MIN_FORK_TOKENS:
+        return f"{name}={max_tokens}: a fork needs a prefix and a {MIN_TAIL}-token tail (>= {MIN_FORK_TOKENS})"
+    return None
 
 
 @dataclass
@@ -81,7 +65,8 @@ def tree_rollout(
     backend,
     selector: Selector,
     newline_mask: torch.Tensor,
-    cfg: TreeConfig,
+    shape: TreeOptions,
+    sampling: Sampling,
     eos_id: int,
     seed: int,
     answer_tokens: Callable[[list[int]], list[int] | None] | None = None,
@@ -92,8 +77,10 @@ def tree_rollout(
     tokens for Lens-Shift (None when it has none). ``seed``: the round's stream; roots, refills, probes and siblings
     each derive their own from it, and every request and read is seeded by its chain's global slot (``first``: the
     global index of ``prompts[0]`` in the round), so a prompt's tree does not depend on which rank generates it."""
-    times = RolloutTimes()
-    gen_kw = dict(temperature=cfg.temperature, top_p=cfg.top_p, eos_token_id=eos_id)
+    why = fork_room_problem(sampling.max_tokens)
+    if why:
+        raise ValueError(why)
+    times, gen_kw, cap = RolloutTimes(), sampling.kwargs(eos_id), sampling.max_tokens
 
     def generate(reqs: list[list[int]], max_new: int | list[int], s) -> list[list[int]]:
         start = time.perf_counter()
@@ -103,18 +90,16 @@ def tree_rollout(
         return out
 
     trees = [PromptTree(i, g) for i, g in zip(ids, golds)]
-    slots = [(p, m) for p in range(len(prompts)) for m in range(cfg.chains)]  # (prompt, chain) of each root
-    base = first * cfg.chains  # the global slot of slots[0]
-    responses = generate([list(prompts[p]) for p, _ in slots], cfg.max_response, seed + base)
+    slots = [(p, m) for p in range(len(prompts)) for m in range(shape.chains)]  # (prompt, chain) of each root
+    base = first * shape.chains  # the global slot of slots[0]
+    responses = generate([list(prompts[p]) for p, _ in slots], cap, seed + base)
     forks: list[int | None] = [None] * len(slots)
     scores = [math.nan] * len(slots)
     pending = list(range(len(slots)))
-    for round_ in range(cfg.max_refills + 1):
+    for round_ in range(shape.max_refills + 1):
         if round_ > 0:  # refill the chains that could not fork with fresh roots
             refill = derive(seed, "refill", round_)
-            fresh = generate(
-                [list(prompts[slots[s][0]]) for s in pending], cfg.max_response, [refill + base + s for s in pending]
-            )
+            fresh = generate([list(prompts[slots[s][0]]) for s in pending], cap, [refill + base + s for s in pending])
             for s, r in zip(pending, fresh):
                 responses[s] = r
                 trees[slots[s][0]].refills += 1
@@ -142,18 +127,18 @@ def tree_rollout(
     reqs = [
         list(prompts[slots[s][0]]) + list(responses[s][: cuts[s]])
         for s in range(len(slots))
-        for _ in range(cfg.siblings)
+        for _ in range(shape.siblings)
     ]
-    budget = [cfg.max_response - cuts[s] for s in range(len(slots)) for _ in range(cfg.siblings)]
+    budget = [cap - cuts[s] for s in range(len(slots)) for _ in range(shape.siblings)]
     # each sibling decodes to its own budget (one token at least: a request needs one), not to the batch's largest
-    conts = generate(reqs, [max(1, b) for b in budget], derive(seed, "siblings") + base * cfg.siblings)
+    conts = generate(reqs, [max(1, b) for b in budget], derive(seed, "siblings") + base * shape.siblings)
     for s, (p, m) in enumerate(slots):
         tree, t = trees[p], cuts[s]
         tree.fork_positions.append(forks[s])
         tree.fork_scores.append(scores[s])
         tree.leaves.append(Leaf(list(prompts[p]), list(responses[s]), m, t, origin="root"))
-        for j in range(cfg.siblings):
-            i = s * cfg.siblings + j
+        for j in range(shape.siblings):
+            i = s * shape.siblings + j
             tree.leaves.append(
                 Leaf(list(prompts[p]), list(responses[s][:t]) + list(conts[i][: budget[i]]), m, t, origin="sibling")
             )
@@ -174,11 +159,9 @@ def flat_rollout(
     golds: Sequence[str],
     backend,
     group_size: int,
-    max_response: int,
+    sampling: Sampling,
     eos_id: int,
     seed: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
     first: int = 0,
 ) -> tuple[list[PromptTree], RolloutTimes]:
     """G independent chains per prompt (the GRPO baseline): each leaf is its own group with no shared prefix. Chain
@@ -189,11 +172,9 @@ def flat_rollout(
     start = time.perf_counter()
     out = backend.generate(
         [list(p) for p in prompts for _ in range(group_size)],
-        max_new_tokens=max_response,
+        max_new_tokens=sampling.max_tokens,
         seed=seed + first * group_size,
-        temperature=temperature,
-        top_p=top_p,
-        eos_token_id=eos_id,
+        **sampling.kwargs(eos_id),
     )
     times.generate_s, times.tokens_generated = time.perf_counter() - start, sum(map(len, out))
     trees = []

@@ -299,7 +299,9 @@ class Trainer:
         holds what one process would have generated (one process: its own, as they are)."""
         lo, hi = self.world.share(len(problems))
         mine = problems[lo:hi]
-        gen = phases.generate_trees(mine, [self._encode(p) for p in mine], kind, self.cfg, self.ctx, seed, first=lo)
+        gen = phases.generate_trees(
+            mine, [self._encode(p) for p in mine], kind, self.cfg, self.plan, self.ctx, seed, first=lo
+        )
         reasons = phases.score_trees(gen.trees, mine, self.task, self._decode, self.reward_cfg, self.eos)
         parts = self.world.gather((gen.trees, gen.times, gen.census, reasons))
         out = phases.Generated([t for trees, _, _, _ in parts for t in trees], kind=kind)

@@ -31,31 +31,37 @@ from dataclasses import dataclass
 import torch
 
 from bsb.train.rollout import RolloutTimes
+from bsb.train.sampling import Sampling
 from bsb.train.seeds import derive
 from bsb.train.tree import Leaf, PromptTree
+from bsb.train.tree_options import TreeOptions
 
 EARLY_EOS_RULES = ("terminal_dup", "root_resample", "midpoint_fallback")
 
 
 @dataclass(frozen=True)
 class TwoStageConfig:
-    roots: int = 4  # K
-    branches: int = 2  # B
+    """The stopping rule's options; the K roots and B branches are the tree's ``chains`` and ``siblings``
+    (:class:`~bsb.train.tree_options.TreeOptions`), the response cap the :class:`~bsb.train.sampling.Sampling`'s."""
+
     t_min: int = 96  # T_min of the causal stopping time
     t_max: int = 160  # T_max: stage-1 length and the latest stop
-    max_tokens: int = 512  # total response cap
     early_eos: str = "terminal_dup"
     min_split: int = 32  # midpoint_fallback: shortest early-EOS root that is split
 
     def __post_init__(self):
         if self.early_eos not in EARLY_EOS_RULES:
             raise ValueError(f"early_eos must be one of {', '.join(EARLY_EOS_RULES)}, got {self.early_eos!r}")
-        if self.roots < 1 or self.branches < 1:
-            raise ValueError(f"roots and branches must be >= 1, got {self.roots} and {self.branches}")
-        if not 1 <= self.t_min <= self.t_max < self.max_tokens:
-            raise ValueError(
-                f"need 1 <= t_min <= t_max < max_tokens, got {self.t_min}, {self.t_max}, {self.max_tokens}"
+
+    def problem(self, max_tokens: int) -> str | None:
+        """Why these stopping times do not fit a response cap of ``max_tokens``, or None: the one check, made by
+        ``bsb train``'s config at start and by :func:`two_stage_rollout` for any other caller."""
+        if not 1 <= self.t_min <= self.t_max < max_tokens:
+            return (
+                "two_stage needs 1 <= two_stage_t_min <= two_stage_t_max < max_response_len, "
+                f"got {self.t_min}, {self.t_max}, {max_tokens}"
             )
+        return None
 
 
 def causal_tau(tokens: list[int], newline_mask: torch.Tensor, t_min: int, t_max: int) -> int:
@@ -75,43 +81,46 @@ def _midpoint_cut(tokens: list[int], newline_mask: torch.Tensor) -> int:
 def two_stage_rollout(
     generate: Callable,
     prompt: list[int],
-    cfg: TwoStageConfig,
+    shape: TreeOptions,
+    stages: TwoStageConfig,
+    sampling: Sampling,
     newline_mask: torch.Tensor,
     eos_id: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
     seed: int = 0,
 ) -> tuple[list[Leaf], dict]:
-    """K·B leaves for one prompt (group k = root k) and the pair census
+    """K·B leaves for one prompt (group k = root k; K = ``shape.chains``, B = ``shape.siblings``) and the pair census
     ``{"causal_non_eos": …, "terminal_dup": …, "tau_zero": …, "midpoint_fallback": …}``."""
-    kw = dict(temperature=temperature, top_p=top_p, eos_token_id=eos_id)
-    roots = generate([prompt] * cfg.roots, max_new_tokens=cfg.t_max, seed=seed, **kw)
+    why = stages.problem(sampling.max_tokens)
+    if why:
+        raise ValueError(why)
+    kw, cap, branches = sampling.kwargs(eos_id), sampling.max_tokens, shape.siblings
+    roots = generate([prompt] * shape.chains, max_new_tokens=stages.t_max, seed=seed, **kw)
     census = dict.fromkeys(("causal_non_eos", "terminal_dup", "tau_zero", "midpoint_fallback"), 0)
     plan = []  # (group, prefix tokens, prefix_len kept on the leaf, budget) of each continuation to draw
     leaves: list[Leaf] = []
     for k, p in enumerate(roots):
-        tau = causal_tau(p, newline_mask, cfg.t_min, cfg.t_max)
+        tau = causal_tau(p, newline_mask, stages.t_min, stages.t_max)
         t_eos = p.index(eos_id) + 1 if eos_id in p else None
         if t_eos is None or t_eos > tau:
             census["causal_non_eos"] += 1
-            plan += [(k, p[:tau], tau, cfg.max_tokens - tau)] * cfg.branches
+            plan += [(k, p[:tau], tau, cap - tau)] * branches
             continue
         done = p[:t_eos]
-        rule = cfg.early_eos
-        if rule == "midpoint_fallback" and len(done) < cfg.min_split:
+        rule = stages.early_eos
+        if rule == "midpoint_fallback" and len(done) < stages.min_split:
             rule = "terminal_dup"
         if rule == "terminal_dup":
             census["terminal_dup"] += 1
-            leaves += [Leaf(prompt, list(done), k, t_eos) for _ in range(cfg.branches)]
+            leaves += [Leaf(prompt, list(done), k, t_eos) for _ in range(branches)]
         elif rule == "root_resample":
             census["tau_zero"] += 1
             leaves.append(Leaf(prompt, list(done), k, 0))
-            plan += [(k, [], 0, cfg.max_tokens)] * (cfg.branches - 1)
+            plan += [(k, [], 0, cap)] * (branches - 1)
         else:
             census["midpoint_fallback"] += 1
             cut = _midpoint_cut(done, newline_mask)
             leaves.append(Leaf(prompt, list(done), k, cut))
-            plan += [(k, done[:cut], cut, cfg.max_tokens - cut)] * (cfg.branches - 1)
+            plan += [(k, done[:cut], cut, cap - cut)] * (branches - 1)
     if plan:
         conts = generate(
             [prompt + u for _, u, _, _ in plan],
@@ -130,12 +139,12 @@ def two_stage_trees(
     ids: Sequence[str],
     golds: Sequence,
     backend,
-    cfg: TwoStageConfig,
+    shape: TreeOptions,
+    stages: TwoStageConfig,
+    sampling: Sampling,
     newline_mask: torch.Tensor,
     eos_id: int,
     seed: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
     first: int = 0,
 ) -> tuple[list[PromptTree], RolloutTimes, dict]:
     """:func:`two_stage_rollout` for every prompt of a round (prompt j seeded by its own stream, from its global
@@ -147,11 +156,11 @@ def two_stage_trees(
         leaves, c = two_stage_rollout(
             backend.generate,
             list(p),
-            cfg,
+            shape,
+            stages,
+            sampling,
             newline_mask,
             eos_id,
-            temperature,
-            top_p,
             derive(seed, "two_stage", first + j),
         )
         tree = PromptTree(i, g, leaves)

@@ -21,9 +21,10 @@ from bsb.integrations.verl.server_backend import ServerBackend
 from bsb.integrations.verl.settings import SERVER_SELECTORS, BsbSettings, VerlConfigError, check_config
 from bsb.train.advantages import advantages
 from bsb.train.config import TrainConfig
-from bsb.train.rollout import TreeConfig, tree_rollout
+from bsb.train.rollout import tree_rollout
+from bsb.train.sampling import Sampling
 from bsb.train.tree import Leaf, PromptTree
-from bsb.train.tree_options import CreditOptions
+from bsb.train.tree_options import CreditOptions, TreeOptions
 
 MASK = torch.zeros(VOCAB, dtype=torch.bool)
 MASK[NL] = True
@@ -158,7 +159,7 @@ def _tree(loop, selector="probe_js", short=0, chains=4, siblings=2, logprobs=Fal
     sel = make_selector(selector, SelectorConfig(suffix=[50, 51], top_k=5))
     try:
         trees, times = tree_rollout([[3, 4, 5, 6]], ["p"], ["gold"], backend, sel.bound_to(backend), MASK,
-                                    TreeConfig(chains, siblings, 64, max_refills=2), EOS, seed=11)
+                                    TreeOptions(chains, siblings, max_refills=2), Sampling(64), EOS, seed=11)
     finally:
         asyncio.run_coroutine_threadsafe(probe.close(), loop).result(5)
         server.close()
@@ -317,7 +318,7 @@ def test_a_good_config_passes_and_every_server_selector_is_accepted():
 @pytest.mark.parametrize("bsb, match", [
     (dict(selector="lens_shift"), "hidden states"), (dict(selector="entropy"), "full next-token distribution"),
     (dict(selector="bsv"), "hidden states"), (dict(top_k=21), "exceeds the servers' logprob limit 20"),
-    (dict(siblings=0), "yield M\\(1\\+k\\) leaves"), (dict(chains=0), "yield M\\(1\\+k\\) leaves"),
+    (dict(siblings=0), "bsb.siblings must be >= 1, got 0"), (dict(chains=0), "bsb.chains must be >= 1, got 0"),
     (dict(probe_endpoint="grpc"), "probe_endpoint"), (dict(task="nope"), "bsb.task='nope'"),
     (dict(colour="red"), "unknown option"),
     (dict(selector="nope"), "bsb.selector: unknown selector 'nope'"), (dict(max_candidates=1), "must be >= 2 for probe_js"),
@@ -343,7 +344,7 @@ def test_k_above_20_passes_when_the_servers_allow_it_and_every_problem_is_listed
     cfg["algorithm"]["adv_estimator"] = "grpo"
     with pytest.raises(VerlConfigError) as err:
         check_config(cfg)
-    for what in ("hidden states", "M(1+k)", "rollout.n must be 1", "use_v1", "adv_estimator"):
+    for what in ("hidden states", "bsb.siblings must be >= 1", "rollout.n must be 1", "use_v1", "adv_estimator"):
         assert what in str(err.value)
 
 
@@ -475,3 +476,15 @@ def test_a_hostile_token_id_in_prompt_logprobs_is_a_probe_error(value):
 
     with pytest.raises(ProbeError, match="as a token id"):
         _id(value)
+
+
+def test_a_response_length_without_room_for_a_fork_is_an_error():
+    """The same check bsb train makes of max_response_len (bsb.train.rollout.fork_room_problem), named verl's way."""
+    from bsb.engine.boundaries import MIN_FORK_TOKENS
+
+    cfg = _with()
+    cfg["actor_rollout_ref"]["rollout"]["response_length"] = MIN_FORK_TOKENS
+    assert check_config(cfg).selector == "probe_js"
+    cfg["actor_rollout_ref"]["rollout"]["response_length"] = MIN_FORK_TOKENS - 1
+    with pytest.raises(VerlConfigError, match=f"actor_rollout_ref.rollout.response_length={MIN_FORK_TOKENS - 1}: a fork"):
+        check_config(cfg)

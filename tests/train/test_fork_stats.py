@@ -10,8 +10,10 @@ import torch
 from bsb.engine.selectors import ChainInput, SelectorConfig, make_selector
 from bsb.train import phases
 from bsb.train.fork_stats import fork_metrics, node_advantages, step_fork_metrics, terciles, tree_forks
-from bsb.train.rollout import RolloutTimes, TreeConfig, tree_rollout
+from bsb.train.rollout import RolloutTimes, tree_rollout
+from bsb.train.sampling import Sampling
 from bsb.train.tree import Leaf, PromptTree, Row
+from bsb.train.tree_options import TreeOptions
 
 NAN = math.nan
 
@@ -110,8 +112,8 @@ def test_the_tree_rollout_records_the_selectors_score_at_each_fork(selector):
     mask = torch.zeros(16, dtype=torch.bool)
     mask[7] = True
     sel = make_selector(selector, SelectorConfig())
-    (tree,), _ = tree_rollout([[2, 3]], ["a"], ["1"], Scripted(), sel, mask, TreeConfig(chains=2, siblings=1, max_response=20),
-                              1, seed=0)
+    (tree,), _ = tree_rollout([[2, 3]], ["a"], ["1"], Scripted(), sel, mask, TreeOptions(chains=2, siblings=1),
+                              Sampling(20), 1, seed=0)
     assert len(tree.fork_scores) == len(tree.fork_positions) == 2
     pool = sel.pool(ChainInput([2, 3], tree.leaves[0].response), mask)
     if selector == "uniform":  # it forks at its top score, the candidate nearest the middle

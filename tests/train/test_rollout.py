@@ -6,7 +6,9 @@ import torch
 from bsb.engine.backend import Capabilities, ChainResults
 from bsb.engine.selectors import SelectorConfig, make_selector
 from bsb.kernels.reference import topk_logprobs
-from bsb.train.rollout import TreeConfig, flat_rollout, tree_rollout
+from bsb.train.rollout import flat_rollout, tree_rollout
+from bsb.train.sampling import Sampling
+from bsb.train.tree_options import TreeOptions
 
 EOS, NL = 1, 7
 MASK = torch.zeros(16, dtype=torch.bool)
@@ -30,9 +32,9 @@ def test_every_prompt_emits_m_times_1_plus_k_leaves_and_unforkable_chains_are_re
     good = [5, 5, NL, 6, 6, NL, 4, 4, EOS]
     roots = [[EOS], good, good, [EOS]] + [good, [EOS]] + [[EOS]] * 5  # prompt 1's second chain never becomes forkable
     backend = Scripted(roots)
-    cfg = TreeConfig(chains=2, siblings=2, max_response=20, max_refills=2)
+    cfg = TreeOptions(chains=2, siblings=2, max_refills=2)
     trees, times = tree_rollout([[2, 3], [2, 4]], ["a", "b"], ["1", "1"], backend, make_selector("midpoint", SelectorConfig()),
-                                MASK, cfg, EOS, seed=0)
+                                MASK, cfg, Sampling(20), EOS, seed=0)
     for tree in trees:
         assert len(tree.leaves) == 2 * (1 + 2)
     a, b = trees
@@ -50,7 +52,7 @@ def test_every_prompt_emits_m_times_1_plus_k_leaves_and_unforkable_chains_are_re
 
 def test_flat_rollout_groups():
     backend = Scripted([[5, EOS]] * 6)
-    trees, _ = flat_rollout([[2, 3], [2, 4]], ["a", "b"], ["1", "1"], backend, group_size=3, max_response=8, eos_id=EOS, seed=0)
+    trees, _ = flat_rollout([[2, 3], [2, 4]], ["a", "b"], ["1", "1"], backend, group_size=3, sampling=Sampling(8), eos_id=EOS, seed=0)
     assert [len(t.leaves) for t in trees] == [3, 3] and all(leaf.prefix_len == 0 for t in trees for leaf in t.leaves)
 
 
@@ -68,7 +70,7 @@ def test_the_cached_read_tokens_are_what_the_selections_report():
     good = [5, 5, NL, 6, 6, NL, 4, 4, EOS]  # candidates 3 and 6: read at 2 + 3 and 2 + 6 after the 2-token prompt
     sel = make_selector("probe_js", SelectorConfig(suffix=[11], top_k=4), CachedReads())
     _, times = tree_rollout([[2, 3], [2, 4]], ["a", "b"], ["1", "1"], Scripted([good] * 4), sel, MASK,
-                            TreeConfig(chains=2, siblings=1, max_response=20), EOS, seed=0)
+                            TreeOptions(chains=2, siblings=1), Sampling(20), EOS, seed=0)
     assert times.probe_cached == 4 * (5 + 8)
 
 
@@ -77,9 +79,9 @@ def test_each_sibling_decodes_to_its_own_budget():
     good = [5, 5, NL, 6, 6, NL, 4, 4, EOS]
     early = [5, 5, 5, 5, 5, 5, 5, NL, 6, 6, 6, 6, 6, 6, 6, NL, 4, 4, EOS]
     backend = Scripted([good, early])
-    cfg = TreeConfig(chains=2, siblings=2, max_response=20)
+    cfg = TreeOptions(chains=2, siblings=2)
     (tree,), _ = tree_rollout([[2, 3]], ["a"], ["1"], backend, make_selector("midpoint", SelectorConfig()), MASK, cfg,
-                              EOS, seed=0)  # fmt: skip
+                              Sampling(20), EOS, seed=0)  # fmt: skip
     cuts = tree.fork_positions
     assert backend.budgets[0] == 20 and backend.budgets[-1] == [20 - cuts[0]] * 2 + [20 - cuts[1]] * 2
     assert cuts[0] != cuts[1]

@@ -34,7 +34,7 @@ def config(model_dir, out, **kw):
 
 def rollout(tr, step=0, round_=0, seed=0):
     problems = phases.draw(tr.task, tr.cfg, step, round_, tr.held_out)
-    gen = phases.generate_trees(problems, [tr._encode(p) for p in problems], tr.cfg.rollout, tr.cfg, tr.ctx, seed)
+    gen = phases.generate_trees(problems, [tr._encode(p) for p in problems], tr.cfg.rollout, tr.cfg, tr.plan, tr.ctx, seed)
     return problems, gen
 
 
@@ -197,7 +197,7 @@ def test_homogeneous_step_takes_the_zero_gradient_step(model_dir, tmp_path):
 
 def test_config_errors(model_dir, tmp_path):
     for bad, match in [(dict(siblings=0), "siblings"), (dict(chains=0), "chains"), (dict(selector="nope"), "unknown selector"),
-                       (dict(max_response_len=2), "smaller than a probe"), (dict(gen_prompts=1, prompts_per_step=2), "gen_prompts")]:
+                       (dict(max_response_len=2), "max_response_len=2: a fork needs a prefix"), (dict(gen_prompts=1, prompts_per_step=2), "gen_prompts")]:
         with pytest.raises(ValueError, match=match):
             config(model_dir, tmp_path, **bad)
     with pytest.raises(ValueError, match="unknown config field"):
@@ -252,7 +252,7 @@ def test_yaml_numbers_and_type_errors(tmp_path):
 def _fake_generate(calls, rewards_by_call, correct_by_call=None):
     from bsb.train.tree import Leaf, PromptTree
 
-    def fake(problems, prompts, kind, cfg, ctx, seed, first=0):
+    def fake(problems, prompts, kind, cfg, plan, ctx, seed, first=0):
         calls.append(seed)
         rewards = rewards_by_call[len(calls) - 1]
         trees = [PromptTree(f"p{len(calls)}-{i}", "1", [Leaf([3], [4, 5], 0, 0) for _ in rs]) for i, rs in enumerate(rewards)]

@@ -12,13 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from bsb.engine.backend import CAPABILITY_HELP
-from bsb.engine.boundaries import MIN_FORK_TOKENS, MIN_TAIL
 from bsb.engine.probe import ProbeConfig
 from bsb.engine.selectors import SELECTORS
 from bsb.fields import help_field as _f
 from bsb.fields import value_problems, with_default
 from bsb.integrations.verl.server_backend import ServerBackend
-from bsb.train.rollout import TreeConfig
+from bsb.train.rollout import fork_room_problem
 from bsb.train.tree_options import CreditOptions, TreeOptions
 
 
@@ -96,10 +95,6 @@ class BsbSettings(ProbeConfig, TreeOptions, CreditOptions):
                 f"bsb.selector={self.selector!r} cannot run through verl's servers: {_why_not(selector)}. "
                 f"Choose one of {', '.join(SERVER_SELECTORS)}"
             )
-        try:
-            TreeConfig(self.chains, self.siblings)
-        except ValueError as err:
-            out.append(f"bsb tree: {err}: a tree needs M >= 1 roots and k >= 1 siblings to yield M(1+k) leaves")
         if selector is not None and 1 <= self.max_candidates < selector.min_candidates:
             out.append(
                 f"bsb.max_candidates must be >= {selector.min_candidates} for {self.selector} to choose, "
@@ -144,11 +139,8 @@ def check_config(cfg: Mapping, build_task: bool = True) -> BsbSettings:
             f"raise {rollout}.engine_kwargs.vllm.max_logprobs"
         )
     response = _get(cfg, f"{rollout}.response_length")
-    if response is not None and int(response) < MIN_FORK_TOKENS:
-        problems.append(
-            f"{rollout}.response_length={response}: a fork needs a prefix and a {MIN_TAIL}-token tail "
-            f"(>= {MIN_FORK_TOKENS})"
-        )
+    if response is not None:
+        problems.extend(filter(None, [fork_room_problem(int(response), f"{rollout}.response_length")]))
     checks = [
         (f"{rollout}.n", 1, "one agent-loop call builds one prompt's whole tree of M(1+k) leaves"),
         (f"{rollout}.agent.default_agent_loop", AGENT_LOOP, "the tree rollout is the bsb_tree agent loop"),

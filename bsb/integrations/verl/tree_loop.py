@@ -45,7 +45,8 @@ from bsb.tasks.registry import make_task
 from bsb.train.fork_stats import TreeForks, tree_forks
 from bsb.train.phases import score_trees
 from bsb.train.rewards import RewardConfig
-from bsb.train.rollout import TreeConfig, flat_rollout, tree_rollout
+from bsb.train.rollout import flat_rollout, tree_rollout
+from bsb.train.sampling import Sampling
 from bsb.train.seeds import derive
 from bsb.train.tree import PromptTree
 
@@ -182,8 +183,8 @@ class BsbTreeAgentLoop(AgentLoopBase):
         backend = ServerBackend(loop, generate, read, kit.max_logprobs, extras)
         temperature, top_p = float(sampling_params.get("temperature", 1.0)), float(sampling_params.get("top_p", 1.0))
         seed = derive(s.seed, problem.id, kwargs.get("session_id", 0))
+        sampling = Sampling(response_length, temperature, top_p)
         if self.tree:
-            tcfg = TreeConfig.of(s, response_length, temperature, top_p)
             build = functools.partial(
                 tree_rollout,
                 [prompt_ids],
@@ -192,7 +193,8 @@ class BsbTreeAgentLoop(AgentLoopBase):
                 backend,
                 kit.selector.bound_to(backend),
                 kit.newline,
-                tcfg,
+                s,
+                sampling,
                 kit.eos,
                 seed,
             )
@@ -204,11 +206,9 @@ class BsbTreeAgentLoop(AgentLoopBase):
                 [problem.answer],
                 backend,
                 1,
-                response_length,
+                sampling,
                 kit.eos,
                 seed,
-                temperature,
-                top_p,
             )
         trees, times = await loop.run_in_executor(kit.pool, build)
         tree = trees[0]
