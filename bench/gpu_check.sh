@@ -118,11 +118,11 @@ env_stage() {
   "$py" - <<'EOF'
 import importlib.util as u
 import torch, triton, transformers
-from bsb import floors
+from bsb import min_versions
 print("python", __import__("sys").version.split()[0], "torch", torch.__version__, "triton", triton.__version__,
       "transformers", transformers.__version__, "cuda", torch.cuda.get_device_name() if torch.cuda.is_available() else None)
 for package in ("torch", "triton", "transformers"):
-    floors.check(package)
+    min_versions.check(package)
 missing = [m for m in ("pytest", "hypothesis", "pytest_benchmark", "math_verify") if u.find_spec(m) is None]
 print("missing python packages:", " ".join(missing) or "none")
 EOF

@@ -1,7 +1,7 @@
 """bsb: belief-shift branching for tree-structured RL with verifiable rewards.
 
-Layers (nothing imports upward; docs/ARCHITECTURE.md): ``bsb.registry``, ``bsb.fields``, ``bsb.floors``,
-``bsb.safe_io``, ``bsb.run_files``, ``bsb.tasks`` and ``bsb.kernels`` → ``bsb.embedded`` and ``bsb.engine`` →
+Layers (nothing imports upward; docs/ARCHITECTURE.md): ``bsb.registry``, ``bsb.fields``, ``bsb.min_versions``,
+``bsb.safe_io``, ``bsb.run_storage``, ``bsb.tasks`` and ``bsb.kernels`` → ``bsb.embedded`` and ``bsb.engine`` →
 ``bsb.train`` and ``bsb.eval`` → ``bsb.commands`` and ``bsb.integrations`` → ``bsb.cli``.
 
 The public API, importable from ``bsb`` (each loaded on first use, so ``import bsb`` stays light)::

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. Bad input (a value, a file, YAML or JSON, a path that is a folder, an input too big to hold) is
     one usage line and exit 2, whatever raised it; ``BSB_DEBUG=1`` shows the traceback instead."""
     try:
-        parser = build_parser()  # imports every command: an old torch is one line here too (bsb.floors)
+        parser = build_parser()  # imports every command: an old torch is one line here too (bsb.min_versions)
     except ImportError as err:
         if os.environ.get("BSB_DEBUG"):
             raise

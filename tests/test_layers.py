@@ -6,9 +6,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "bsb"
 # top-level parts of bsb by layer (a part may import its own layer's other parts only where listed in PEERS)
-LAYER = {"registry": 0, "fields": 0, "floors": 0, "safe_io": 0, "run_files": 0, "owners": 0, "_C": 0, "kernels": 0, "tasks": 0, "embedded": 1, "engine": 1, "train": 2, "eval": 2,
+LAYER = {"registry": 0, "fields": 0, "min_versions": 0, "safe_io": 0, "run_storage": 0, "owners": 0, "_C": 0, "kernels": 0, "tasks": 0, "embedded": 1, "engine": 1, "train": 2, "eval": 2,
          "integrations": 3, "commands": 3, "cli": 4}
-PEERS = {("tasks", "registry"), ("tasks", "fields"), ("kernels", "_C"), ("kernels", "floors"), ("run_files", "safe_io"), ("tasks", "owners"), ("embedded", "engine")}
+PEERS = {("tasks", "registry"), ("tasks", "fields"), ("kernels", "_C"), ("kernels", "min_versions"), ("run_storage", "safe_io"), ("tasks", "owners"), ("embedded", "engine")}
 # bsb.tasks inside: the protocol and answer text, then prompts and problem files, then the domains (arith is graded
 # like math, and so is reasoning_gym; the code task's default problems are the synthetic recipes), then the name registry
 TASK_LAYER = {"base": 0, "answers": 0, "prompting": 1, "data": 1, "math": 2, "synthetic": 3, "reasoning_gym": 3, "code": 4,
@@ -77,7 +77,7 @@ def test_the_checker_sees_an_upward_import(tmp_path, monkeypatch):
 
 
 def test_the_run_folders_readers_import_no_torch():
-    """``bsb report``, ``bsb export`` and the sweep's summary read a run folder's files (bsb.run_files) without torch
+    """``bsb report``, ``bsb export`` and the sweep's summary read a run folder's files (bsb.run_storage) without torch
     or the training config: the only eval -> train edge is gone."""
     import subprocess
     import sys
@@ -85,7 +85,7 @@ def test_the_run_folders_readers_import_no_torch():
     block = ("import sys\nclass Block:\n    def find_spec(self, name, path=None, target=None):\n"
              "        if name.split('.')[0] == 'torch':\n            raise ImportError('torch blocked')\n"
              "sys.meta_path.insert(0, Block())\n"
-             "import bsb.run_files, bsb.safe_io, bsb.eval.report, bsb.commands.report, bsb.commands.export\n"
+             "import bsb.run_storage, bsb.safe_io, bsb.eval.report, bsb.commands.report, bsb.commands.export\n"
              "import bsb.eval.sweep_summary\n"
              "print('torch' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=120)
@@ -121,3 +121,38 @@ def test_no_module_imports_itself_through_others():
 
     circles = sorted(m for m in graph if m in reaches(m) and not m.endswith("__init__"))
     assert not circles, f"modules that import themselves through others: {circles}"
+
+
+def _architecture_tree() -> tuple[dict[str, str], str]:
+    """docs/ARCHITECTURE.md's layer tree (entry name -> its text) and its layer picture (the next code block)."""
+    import re
+
+    text = (ROOT.parent / "docs" / "ARCHITECTURE.md").read_text().split("## Layers", 1)[1]
+    tree, picture = text.split("```")[1], text.split("```")[3]
+    entries: dict[str, str] = {}
+    for line in tree.splitlines():
+        head = re.match(r"^  ([a-z_]+)(?:/|\.py)", line)
+        if head:
+            entries[head.group(1)] = line
+        elif entries and line.startswith("    "):
+            entries[next(reversed(entries))] += " " + line
+    return entries, picture
+
+
+def test_the_architecture_pages_tree_names_every_part_and_module_that_exists():
+    """The layer tree is checked against the code: every top-level module and package of bsb is an entry, every entry
+    exists, each module of the packages a maintainer reads first (engine, train, eval, commands, tasks) is named in its
+    package's entry, and the layer picture names every part of LAYER."""
+    import re
+
+    entries, picture = _architecture_tree()
+    parts = {p.stem for p in ROOT.glob("*.py") if p.name != "__init__.py"}
+    parts |= {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    assert set(entries) == parts
+    for package in ("engine", "train", "eval", "commands", "tasks"):
+        words = set(re.findall(r"[a-z_]+", entries[package]))
+        modules = {p.stem for p in (ROOT / package).glob("*.py") if p.name != "__init__.py"}
+        modules |= {p.name for p in (ROOT / package).iterdir() if (p / "__init__.py").exists()}
+        assert modules <= words, (package, sorted(modules - words))
+    named = set(re.findall(r"[a-z_]+", picture))
+    assert set(LAYER) - {"_C"} <= named, sorted(set(LAYER) - {"_C"} - named)

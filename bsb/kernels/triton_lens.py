@@ -20,11 +20,11 @@ import torch
 import triton
 import triton.language as tl
 
-from bsb import floors
+from bsb import min_versions
 from bsb.kernels import reference as ref
 from bsb.kernels.checks import check_lens_inputs, raise_if_lens_nonfinite
 
-floors.check("triton")  # an old Triton is one clear error (dispatch falls back to the reference on it)
+min_versions.check("triton")  # an old Triton is one clear error (dispatch falls back to the reference on it)
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 

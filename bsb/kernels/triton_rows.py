@@ -8,9 +8,9 @@ import torch
 import triton
 import triton.language as tl
 
-from bsb import floors
+from bsb import min_versions
 
-floors.check("triton")  # before any kernel: an old Triton is one clear error (dispatch falls back on it)
+min_versions.check("triton")  # before any kernel: an old Triton is one clear error (dispatch falls back on it)
 
 
 @triton.jit

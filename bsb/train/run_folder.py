@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from bsb.run_files import (
+from bsb.run_storage import (
     BEST_NOTE,
     LOW_SPACE,
     _folder_bytes,

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from bsb import floors
+from bsb import min_versions
 from bsb.embedded.model import resolve_model
 from bsb.engine.backend import BackendError, capabilities
 from bsb.engine.boundaries import newline_token_mask
@@ -69,7 +69,7 @@ class Trainer:
 
         from bsb.engine.hf_backend import HFBackend
 
-        floors.check("transformers")  # an older release: one error naming the one bsb needs
+        min_versions.check("transformers")  # an older release: one error naming the one bsb needs
 
         self.cfg = cfg
         # The task first: an unknown task, a bad option or a malformed problem file fails before any model loads.

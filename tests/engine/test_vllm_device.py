@@ -14,7 +14,7 @@ vllm = pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'b
 
 from strict_vllm import StrictLLM  # noqa: E402
 
-from bsb import floors  # noqa: E402
+from bsb import min_versions  # noqa: E402
 from bsb.engine.vllm_backend import VLLMBackend  # noqa: E402
 from bsb.train.config import TrainConfig  # noqa: E402
 from bsb.train.distributed import init_world  # noqa: E402
@@ -156,8 +156,8 @@ def test_an_offloaded_policy_joins_a_group_with_gloo_for_its_host_shards(monkeyp
 
 def test_a_vllm_older_than_bsbs_floor_is_one_error_at_engine_start(llm, monkeypatch):
     monkeypatch.setattr(vllm, "__version__", "0.12.0")
-    need = floors.FLOORS["vllm"].release
-    with pytest.raises(floors.FloorError, match=rf"bsb needs vllm >= {need} .*vllm 0\.12\.0 is installed") as err:
+    need = min_versions.MIN_VERSIONS["vllm"].release
+    with pytest.raises(min_versions.TooOldError, match=rf"bsb needs vllm >= {need} .*vllm 0\.12\.0 is installed") as err:
         gpu_engine()
     assert isinstance(err.value, ValueError)  # the CLI prints it as one line and exits 2
     assert llm.log == []  # before any engine starts

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bsb.embedded.model import TinyConfig, train_tiny_model
-from bsb.run_files import swap_in
+from bsb.run_storage import swap_in
 from bsb.train.config import TrainConfig
 from bsb.train.sharding import Placement
 from bsb.train.trainer import Trainer

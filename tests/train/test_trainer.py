@@ -87,7 +87,7 @@ def test_kept_weights_the_best_and_their_export_load_in_transformers(model_dir, 
     import transformers
 
     from bsb.commands.export import export
-    from bsb.run_files import best_weights, weight_steps
+    from bsb.run_storage import best_weights, weight_steps
 
     accs = iter([0.5, 0.75, 0.5, 0.25])  # held-out accuracy at steps 0-3: the best is step 1
     monkeypatch.setattr(Trainer, "validate", lambda self: {"val_accuracy": next(accs)})
@@ -105,7 +105,7 @@ def test_kept_weights_the_best_and_their_export_load_in_transformers(model_dir, 
     with pytest.raises(FileExistsError, match="--force"):
         export(tmp_path, best=True)
     assert not any(p.name.endswith((".tmp", ".old")) for p in tmp_path.rglob("*"))  # every folder renamed into place
-    from bsb.run_files import drop_weights_after
+    from bsb.run_storage import drop_weights_after
 
     drop_weights_after(tmp_path, 2)  # a resume from step 2: step 3's weights were the discarded run's
     assert weight_steps(tmp_path) == [2] and best_weights(tmp_path)["step"] == 1

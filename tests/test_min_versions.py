@@ -1,6 +1,6 @@
-"""bsb's floors: the oldest torch, Triton, transformers and vLLM releases whose APIs it calls. An older release is one
+"""bsb's minimum versions: the oldest torch, Triton, transformers and vLLM releases whose APIs it calls. An older release is one
 clear error naming the release needed, raised where bsb first loads the package; pyproject.toml states the same
-floors."""
+lower bounds."""
 
 import importlib
 import re
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bsb import floors
+from bsb import min_versions
 
 tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ],
 )
 def test_release_reads_the_numeric_release(text, want):
-    assert floors.release(text) == want
+    assert min_versions.release(text) == want
 
 
 @pytest.mark.parametrize(
@@ -47,32 +47,32 @@ def test_a_release_below_the_floor_is_one_error_naming_the_release_bsb_needs(mon
         monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
     module = importlib.import_module(package) if package == "vllm" else pytest.importorskip(package)
     monkeypatch.setattr(module, "__version__", old, raising=False)
-    need = floors.FLOORS[package].release
+    need = min_versions.MIN_VERSIONS[package].release
     with pytest.raises(
-        floors.FloorError, match=rf"bsb needs {package} >= {re.escape(need)} .*{re.escape(old)} is installed"
+        min_versions.TooOldError, match=rf"bsb needs {package} >= {re.escape(need)} .*{re.escape(old)} is installed"
     ):
-        floors.check(package)
+        min_versions.check(package)
     monkeypatch.setattr(module, "__version__", new)
-    floors.check(package)
+    min_versions.check(package)
     monkeypatch.setattr(module, "__version__", "dev")  # a source build without a release number
-    floors.check(package)
+    min_versions.check(package)
 
 
 def test_the_error_is_an_import_error_and_a_usage_error():
-    assert issubclass(floors.FloorError, ImportError) and issubclass(floors.FloorError, ValueError)
+    assert issubclass(min_versions.TooOldError, ImportError) and issubclass(min_versions.TooOldError, ValueError)
 
 
 def test_the_installed_releases_pass():
     for package in ("torch", "transformers", "triton"):
         pytest.importorskip(package)
-        floors.check(package)
+        min_versions.check(package)
 
 
 def test_the_kernels_check_torch_when_bsb_first_loads_them(monkeypatch):
     importlib.import_module("bsb.kernels")
     monkeypatch.setattr(torch, "__version__", "2.6.0")
     monkeypatch.delitem(sys.modules, "bsb.kernels")
-    with pytest.raises(floors.FloorError, match=r"torch >= 2\.8"):
+    with pytest.raises(min_versions.TooOldError, match=r"torch >= 2\.8"):
         importlib.import_module("bsb.kernels")
 
 
@@ -98,7 +98,7 @@ def test_an_old_triton_is_one_warning_naming_the_release_and_the_reference_serve
     assert table["topk_logprobs"] == ("reference", reference.topk_logprobs)
 
 
-def test_pyproject_states_the_same_floors():
+def test_pyproject_states_the_same_minimum_versions():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = meta["optional-dependencies"]
 
@@ -106,7 +106,7 @@ def test_pyproject_states_the_same_floors():
         found = [re.match(rf"{re.escape(name)}>=([\d.]+)", r) for r in reqs]
         return {m.group(1) for m in found if m}
 
-    assert lower(meta["dependencies"], "torch") == {floors.FLOORS["torch"].release}
-    assert lower(meta["dependencies"], "transformers") == {floors.FLOORS["transformers"].release}
-    assert lower(extras["triton"] + extras["test"], "triton") == {floors.FLOORS["triton"].release}
-    assert lower(extras["gpu"], "vllm") == {floors.FLOORS["vllm"].release}
+    assert lower(meta["dependencies"], "torch") == {min_versions.MIN_VERSIONS["torch"].release}
+    assert lower(meta["dependencies"], "transformers") == {min_versions.MIN_VERSIONS["transformers"].release}
+    assert lower(extras["triton"] + extras["test"], "triton") == {min_versions.MIN_VERSIONS["triton"].release}
+    assert lower(extras["gpu"], "vllm") == {min_versions.MIN_VERSIONS["vllm"].release}
