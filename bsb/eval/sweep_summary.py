@@ -135,11 +135,13 @@ def table_lines(configs: dict[str, dict], reference: str, seeds: Sequence[int]) 
 def run_lines(runs: Sequence[tuple[str, int, Sequence[dict]]]) -> list[str]:
     """One row per run ``(config, seed, metrics rows)``: its start, best (the first maximum) and final held-out
     accuracy, the tokens it generated, the token positions its update forwarded and back-propagated
-    (``update_tokens``: prompts and responses of the rows with a non-zero advantage), its mean probe share and step
-    time, and its training hours."""
+    (``update_tokens``: prompts and responses of the rows with a non-zero advantage), its mean probe share, its fork
+    yield by selector-score tercile (low / mid / high: each the mean over the steps with scored forks there; "-"
+    where a run scores none, as flat and the stopping-time tree), its mean step time and its training hours."""
     lines = [
-        "| run | start | best (step) | final | generated | update positions | probe share | s a step | train h |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| run | start | best (step) | final | generated | update positions | probe share "
+        "| fork yield low / mid / high | s a step | train h |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, seed, rows in runs:
         vals = [(r["step"], r["val_accuracy"]) for r in rows if "val_accuracy" in r]
@@ -152,9 +154,14 @@ def run_lines(runs: Sequence[tuple[str, int, Sequence[dict]]]) -> list[str]:
             f"| {name}-s{seed} | {vals[0][1]:.3f} | {best:.3f} ({step}) | {vals[-1][1]:.3f} | "
             f"{sum(int(r.get('tokens_generated', 0)) for r in train):,} | "
             f"{sum(int(r.get('update_tokens', 0)) for r in train):,} | {step_mean(train, 'probe_frac'):.3f} | "
-            f"{step_mean(train, 'time_step'):.0f} | {total / 3600:.2f} |"
+            f"{_tercile_yields(train)} | {step_mean(train, 'time_step'):.0f} | {total / 3600:.2f} |"
         )
     return lines
+
+
+def _tercile_yields(rows: Sequence[dict]) -> str:
+    yields = [step_mean(rows, f"fork_yield_{t}") for t in ("low", "mid", "high")]
+    return " / ".join("-" if math.isnan(y) else f"{y:.2f}" for y in yields)
 
 
 def figure_series(configs: dict[str, dict]) -> tuple[dict, dict, dict]:

@@ -90,7 +90,7 @@ def test_summary_best_checkpoint_moving_average_and_bootstrap(tmp_path):
     table = (tmp_path / "summary" / "table.md").read_text()
     assert "| arm | 0.250 | 0.875 ± " in table and "(2)" in table and (tmp_path / "summary" / "curves.png").exists()
     assert "- arm, step 2: kept in 0 of 2 runs (train with keep_last: -1" in table
-    assert "| arm-s1 | 0.250 | 0.750 (2) | 0.750 | 0 | 0 | nan | nan | 0.00 |" in table  # each run: ties earlier
+    assert "| arm-s1 | 0.250 | 0.750 (2) | 0.750 | 0 | 0 | nan | - / - / - | nan | 0.00 |" in table  # each run: ties earlier
     kept = runs[2].dir / "weights" / "step-2"  # seed 0 of arm kept its step-2 weights
     kept.mkdir(parents=True)
     (kept / "config.json").write_text("{}")
@@ -148,10 +148,13 @@ def test_the_table_shows_each_arms_mean_fork_yield_beside_its_accuracy(tmp_path)
     with runs[1].metrics.open("a") as f:  # the run's own costs: tokens, probe share, time
         for i in range(2):
             f.write(json.dumps({"step": 5 + i, "rollout": "tree", "tokens_generated": 1500, "update_tokens": 700,
-                                "probe_frac": 0.05 + 0.02 * i, "time_step": 90.0}) + "\n")
+                                "probe_frac": 0.05 + 0.02 * i, "time_step": 90.0, "fork_yield_low": 0.5 * i,
+                                "fork_yield_mid": math.nan, "fork_yield_high": 1.0}) + "\n")
     res = sweep.summarize(runs, tmp_path / "summary", reference="flat", resamples=20)
-    assert "| tree-s1 | 0.250 | 0.500 (2) | 0.500 | 3,000 | 1,400 | 0.060 | 90 | 0.05 |" in (
-        tmp_path / "summary" / "table.md").read_text()
+    table = (tmp_path / "summary" / "table.md").read_text()
+    # the tercile yields are means over the steps with scored forks there; none at all is "-"
+    assert "| tree-s1 | 0.250 | 0.500 (2) | 0.500 | 3,000 | 1,400 | 0.060 | 0.25 / - / 1.00 | 90 | 0.05 |" in table
+    assert "| flat-s1 | 0.250 | 0.500 (2) | 0.500 | 0 | 0 | nan | - / - / - | nan | 0.00 |" in table
     per_seed = [0.375, 0.5833333333]  # each seed's mean over its steps with forks
     hw = t.ppf(0.975, 1) * float(np.std(per_seed, ddof=1)) / math.sqrt(2)
     assert res["configs"]["tree"]["fork_yield"] == pytest.approx(np.mean(per_seed))
