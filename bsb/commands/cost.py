@@ -283,8 +283,9 @@ def memory_report(
     from rich.console import Console
     from rich.table import Table
 
-    from bsb.engine.activations import worst_micro_batch
+    from bsb.engine.activations import input_bytes, worst_micro_batch
     from bsb.engine.memory import (
+        fsdp_root_bytes,
         memory_plan,
         model_params,
         offload_gpu_bytes,
@@ -308,7 +309,7 @@ def memory_report(
         "configs",
         "params",
         "GPUs",
-        "trainer 16P/N",
+        "trainer 16P/N + root",
         "room (1-util)",
         "engine 2P",
         "share",
@@ -332,11 +333,13 @@ def memory_report(
             if state
             else "— (no config.json)"
         )
-        update = worst_micro_batch(arch, updates[model])
         layouts = [(g, None) for g in gpus] + ([(1, offload_gpu_bytes(arch, n))] if arch is not None else [])
         for g, offload in layouts:  # and one GPU with the shards in host memory (fsdp_cpu_offload)
-            plan = memory_plan(n, g, gpu_bytes, util, offload)
-            acts, ckpt_rows = _update_fit(arch, update, plan)
+            sharded = g > 1 or offload is not None  # FSDP2: its root beside the shards, bf16 layer inputs
+            root = fsdp_root_bytes(arch) if g > 1 and arch is not None else 0.0
+            plan = memory_plan(n, g, gpu_bytes, util, offload, root)
+            update = worst_micro_batch(arch, updates[model], input_bytes(sharded))
+            acts, ckpt_rows = _update_fit(arch, update, plan, input_bytes(sharded))
             if acts is not None:  # a family not modelled: the weights' and state's figure alone
                 plan["fits"] = plan["fits"] and plan["trainer_bytes"] + acts <= plan["trainer_room"]
             row = {"model": model, "configs": len(where), "params": n, **plan, "chain_state": state}
@@ -363,7 +366,8 @@ def memory_report(
         return rows
     console.print(table)
     console.print(
-        "trainer: fp32 weights, gradients and AdamW moments sharded over the GPUs; room: what "
+        "trainer: fp32 weights, gradients and AdamW moments sharded over the GPUs, and on several GPUs FSDP2's root "
+        "(embeddings and head gathered in bf16, the head's whole gradient in bf16 and fp32); room: what "
         "vllm_gpu_memory_utilization leaves it. engine: the colocated vLLM engine's bf16 weights (whole on every rank) "
         "in its share. The KV cache and one gathered layer come on top. '1, offload': one GPU with fsdp_cpu_offload "
         "(torchrun --nproc_per_node=1): the trainer keeps its root module and two gathered layers (bf16, with fp32 "
@@ -371,7 +375,8 @@ def memory_report(
         "the engine keeps for one chain of the configs' longest prompt + response in bf16: keys and values of the "
         "attention layers (a sliding layer's window only) plus a recurrent layer's fixed Mamba-2 state, from the "
         "checkpoint's config.json (or the paper model's). update activations: what the configs' largest micro-batch "
-        "(rows x tokens) keeps for its backward in bf16 per path (bsb.engine.activations; masks included; the "
+        "(rows x tokens) keeps for its backward in bf16 per path, checkpointed layer inputs in fp32 on one GPU and "
+        "in bf16 under FSDP2 (bsb.engine.activations; masks included; the "
         "tree-packed attention's gathered contexts not modelled); fits counts them. checkpointed rows: rows of the "
         "longest chain a micro-batch may hold with gradient_checkpointing beside the trainer's state (0: none fits; "
         "set micro_batch_tokens to rows x tokens)."
@@ -379,15 +384,15 @@ def memory_report(
     return rows
 
 
-def _update_fit(arch, update: tuple[int, int, bool], plan: dict) -> tuple[float | None, int | None]:
+def _update_fit(arch, update: tuple[int, int, bool], plan: dict, inputs: int) -> tuple[float | None, int | None]:
     """The update's activation bytes as the config sets it, and how many rows of its width fit with checkpointing
-    in what the trainer's state leaves (None where the family is not modelled)."""
+    in what the trainer's state leaves (None where the family is not modelled); ``inputs``: a layer input's bytes."""
     from bsb.engine.activations import update_activation_bytes
 
-    acts = update_activation_bytes(arch, *update) if arch is not None else None
+    acts = update_activation_bytes(arch, *update, input_bytes=inputs) if arch is not None else None
     if acts is None:
         return None, None
-    row = update_activation_bytes(arch, 1, update[1], True)
+    row = update_activation_bytes(arch, 1, update[1], True, input_bytes=inputs)
     return acts, max(0, int((plan["trainer_room"] - plan["trainer_bytes"]) // row))
 
 

@@ -117,26 +117,34 @@ def mask_bytes(config, rows: int, width: int, checkpointing: bool, dtype: str = 
 
 
 def update_activation_bytes(
-    config, rows: int, width: int, checkpointing: bool, dtype: str = "bfloat16"
+    config, rows: int, width: int, checkpointing: bool, dtype: str = "bfloat16", input_bytes: int = 4
 ) -> float | None:
     """Bytes a micro-batch of ``rows`` sequences padded to ``width`` tokens keeps between its forward and backward,
-    over every layer: each layer's activations, or with ``checkpointing`` each layer's fp32 input plus the largest
-    layer's activations (rebuilt in the backward, one at a time); and the attention masks (:func:`mask_bytes`). None
-    where :func:`layers_bytes_per_token` has no figure."""
+    over every layer: each layer's activations, or with ``checkpointing`` each layer's input plus the largest layer's
+    activations (rebuilt in the backward, one at a time); and the attention masks (:func:`mask_bytes`). A layer's
+    input is ``input_bytes`` a value: 4 in one process (the weights stay fp32 under autocast, so the residual stream
+    is fp32), the compute dtype's 2 under FSDP2's mixed precision (:func:`input_bytes`). None where
+    :func:`layers_bytes_per_token` has no figure."""
     per = layers_bytes_per_token(config, dtype)
     if per is None:
         return None
     tokens = rows * width
-    kept = tokens * (len(per) * 4 * config.hidden_size + max(per)) if checkpointing else tokens * sum(per)
+    kept = tokens * (len(per) * input_bytes * config.hidden_size + max(per)) if checkpointing else tokens * sum(per)
     return kept + mask_bytes(config, rows, width, checkpointing, dtype)
 
 
-def worst_micro_batch(config, shapes: list[tuple[int, int, bool]]) -> tuple[int, int, bool]:
+def input_bytes(sharded: bool, compute_bytes: int = 2) -> int:
+    """Bytes of a layer's input value: FSDP2 (torchrun) gathers the weights in the compute dtype, so the residual
+    stream is in it too (``compute_bytes``: 2 for bf16); one process keeps fp32 weights under autocast (4)."""
+    return compute_bytes if sharded else 4
+
+
+def worst_micro_batch(config, shapes: list[tuple[int, int, bool]], inputs: int = 4) -> tuple[int, int, bool]:
     """Of the micro-batches ``(rows, width, checkpointing)`` an update can form, the one that keeps the most (the most
-    token positions where ``config`` is None or its family has no figure)."""
+    token positions where ``config`` is None or its family has no figure); ``inputs``: a layer input's bytes."""
     if config is None:
         return max(shapes, key=lambda s: (s[0] * s[1], s))
-    return max(shapes, key=lambda s: (update_activation_bytes(config, *s) or 0, s[0] * s[1]))
+    return max(shapes, key=lambda s: (update_activation_bytes(config, *s, input_bytes=inputs) or 0, s[0] * s[1]))
 
 
 def saved_bytes(model, ids, dtype: str = "float32", attention_mask=None) -> int:

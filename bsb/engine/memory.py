@@ -95,21 +95,38 @@ def offload_gpu_bytes(config, params: float) -> float:
     return OFFLOAD_BYTES_PER_PARAM * (root + 2 * layer)
 
 
+def fsdp_root_bytes(config) -> float:
+    """What FSDP2's root module keeps on a GPU beyond its shard, as bsb places the policy (:mod:`bsb.train.sharding`
+    leaves the root gathered through the step): its parameters (the embeddings, an untied head) gathered in bf16, and
+    in the backward the head's whole gradient in bf16 and its fp32 copy for the reduce-scatter. Qwen3-8B: 2.5 GB of
+    root, 1.2 + 2.5 GB of head gradient. A model from the code, not measured on a GPU."""
+    head = config.vocab_size * config.hidden_size
+    root = head * (1 if getattr(config, "tie_word_embeddings", False) else 2)
+    return 2 * root + (2 + 4) * head
+
+
 def memory_plan(
-    params: float, world_size: int, gpu_bytes: float, gpu_memory_utilization: float, offload: float | None = None
+    params: float,
+    world_size: int,
+    gpu_bytes: float,
+    gpu_memory_utilization: float,
+    offload: float | None = None,
+    root: float = 0.0,
 ) -> dict:
-    """What one GPU of a ``world_size``-rank FSDP2 run holds: the trainer's sharded fp32 state (16·P/N) in the share
-    the colocated engine leaves, and the engine's bf16 weights (2·P, whole on every rank) in its own share; with
-    ``offload`` (:func:`offload_gpu_bytes`, ``fsdp_cpu_offload``) the trainer keeps that much on the GPU and its 16·P/N
-    in host memory (``host_bytes``). Lower bounds: activations, the KV cache and one gathered layer come on top."""
+    """What one GPU of a ``world_size``-rank FSDP2 run holds: the trainer's sharded fp32 state (16·P/N) and ``root``
+    (:func:`fsdp_root_bytes`, under FSDP2) in the share the colocated engine leaves, and the engine's bf16 weights
+    (2·P, whole on every rank) in its own share; with ``offload`` (:func:`offload_gpu_bytes`, ``fsdp_cpu_offload``)
+    the trainer keeps that much on the GPU and its 16·P/N in host memory (``host_bytes``). Lower bounds:
+    activations, the KV cache and one gathered layer come on top."""
     trainer = TRAIN_BYTES_PER_PARAM * params / world_size
     engine = ENGINE_BYTES_PER_PARAM * params
     room, share = (1 - gpu_memory_utilization) * gpu_bytes, gpu_memory_utilization * gpu_bytes
-    on_gpu = trainer if offload is None else offload
+    on_gpu = trainer + root if offload is None else offload
     return {
         "gpus": world_size,
         "trainer_bytes": on_gpu,
         "host_bytes": 0.0 if offload is None else trainer,
+        "root_bytes": root if offload is None else 0.0,
         "trainer_room": room,
         "engine_weight_bytes": engine,
         "engine_share": share,
@@ -124,6 +141,7 @@ def check_colocation(
     world_size: int = 1,
     update: list | None = None,
     offload: bool = False,
+    compute_bytes: int = 2,
 ) -> None:
     """The trainer next to a vLLM engine on one GPU needs its fp32 weights, gradients and two AdamW moments (16 bytes
     a parameter; sharded over ``world_size`` ranks with FSDP2, 16·P/N a rank) in what the engine leaves, and beside
@@ -131,12 +149,18 @@ def check_colocation(
     checkpointing; ``TrainConfig.micro_batch_shapes``, :mod:`bsb.engine.activations`; a family it does not model is
     not checked): a share that leaves less is one error before any model loads, naming the fix. With ``offload``
     (``fsdp_cpu_offload``) the shards and AdamW state live in host memory: the GPU keeps
-    :func:`offload_gpu_bytes`."""
+    :func:`offload_gpu_bytes`. Over several ranks FSDP2's root adds :func:`fsdp_root_bytes`, and a layer's input is
+    ``compute_bytes`` a value (the compute dtype's size) instead of fp32's 4."""
+    from bsb.engine.activations import input_bytes, update_activation_bytes, worst_micro_batch
+
     total = torch.cuda.get_device_properties(device).total_memory
     params = checkpoint_params(path)
-    arch = rollout_architecture(path) if update or offload else None
+    sharded = world_size > 1 or offload  # FSDP2 (launched with one rank without offload: priced as one process)
+    arch = rollout_architecture(path) if update or sharded else None
     kept = offload_gpu_bytes(arch, params) if offload and arch is not None else None
-    plan = memory_plan(params, world_size, total, gpu_memory_utilization, kept)
+    root = fsdp_root_bytes(arch) if world_size > 1 and arch is not None else 0.0
+    plan = memory_plan(params, world_size, total, gpu_memory_utilization, kept, root)
+    inputs = input_bytes(sharded, compute_bytes)
     need, room = plan["trainer_bytes"], plan["trainer_room"]
     if need > room and offload:
         raise ValueError(
@@ -153,13 +177,11 @@ def check_colocation(
             "lower vllm_gpu_memory_utilization, launch more ranks (torchrun --nproc_per_node), or keep the shards in "
             "host memory (fsdp_cpu_offload=true under torchrun; bsb cost --memory shows what stays on the GPU)"
         )
-    from bsb.engine.activations import update_activation_bytes, worst_micro_batch
-
-    update = worst_micro_batch(arch, update) if arch is not None and update else None
-    acts = update_activation_bytes(arch, *update) if update is not None else None
+    update = worst_micro_batch(arch, update, inputs) if arch is not None and update else None
+    acts = update_activation_bytes(arch, *update, input_bytes=inputs) if update is not None else None
     if acts is not None and need + acts > room:
         rows, width, checkpointing = update
-        fit = int((room - need) // update_activation_bytes(arch, 1, width, True))
+        fit = int((room - need) // update_activation_bytes(arch, 1, width, True, input_bytes=inputs))
         fix = (
             f"set gradient_checkpointing=true and micro_batch_tokens={fit * width} ({fit} row(s) of {width:,} tokens "
             "fit)"

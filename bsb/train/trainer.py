@@ -96,6 +96,7 @@ class Trainer:
                 self.world.size,
                 update,
                 offload=cfg.fsdp_cpu_offload,
+                compute_bytes=self.dtype.itemsize,
             )
         plain_ckpt = state is not None and not self.folder.sharded
         load_from = self.folder.ckpt / "model" if plain_ckpt else self.model_path

@@ -530,6 +530,44 @@ def test_offloaded_shards_leave_the_gpu_the_root_and_two_layers(tmp_path, monkey
     assert gpu_bytes(None) == 85e9  # the GPU at hand, as torch reports it
 
 
+def test_sharded_ranks_carry_fsdp2s_root_and_checkpoint_bf16_inputs(tmp_path, monkeypatch):
+    """Over several ranks FSDP2's root stays gathered (bsb.train.sharding): Qwen3-8B's untied embeddings and head in
+    bf16 (2.5 GB) and the head's whole gradient in bf16 and fp32 (1.2 + 2.5 GB) come beside the 16P/N shards, and a
+    checkpointed layer keeps its input in bf16 (2 bytes a value) where one process keeps fp32 (4). The start check at
+    world size 2 charges both; one process charges neither."""
+    from bsb.engine import memory as D
+    from bsb.engine.activations import input_bytes, update_activation_bytes
+
+    arch = transformers.Qwen3Config(vocab_size=151_936, hidden_size=4096, intermediate_size=12_288, num_hidden_layers=36,
+                                    num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False)
+    head = 151_936 * 4096
+    assert D.fsdp_root_bytes(arch) == 2 * (2 * head) + (2 + 4) * head and 6.2e9 < D.fsdp_root_bytes(arch) < 6.3e9
+    tied = transformers.Qwen3Config(**{**arch.to_dict(), "tie_word_embeddings": True})
+    assert D.fsdp_root_bytes(tied) == 2 * head + 6 * head  # one matrix gathered, its gradient as the head's
+    params = 8.19e9
+    plan = D.memory_plan(params, 2, 85e9, 0.5, root=D.fsdp_root_bytes(arch))
+    assert plan["trainer_bytes"] == pytest.approx(16 * params / 2 + D.fsdp_root_bytes(arch))
+    assert plan["root_bytes"] == D.fsdp_root_bytes(arch) and D.memory_plan(params, 2, 85e9, 0.5)["root_bytes"] == 0
+    assert input_bytes(True) == 2 and input_bytes(True, 4) == 4 and input_bytes(False) == 4
+    one, fsdp = (update_activation_bytes(arch, 1, 26_048, True, input_bytes=b) for b in (4, 2))
+    assert one - fsdp == 26_048 * 36 * 2 * 4096  # the layer inputs alone differ
+    assert update_activation_bytes(arch, 1, 26_048, False, input_bytes=2) == update_activation_bytes(arch, 1, 26_048, False)
+    arch.save_pretrained(tmp_path)
+    monkeypatch.setattr(D, "checkpoint_params", lambda path: params)
+
+    class Props:
+        total_memory = 85 * 10**9
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: Props())
+    need = 16 * params / 8 + D.fsdp_root_bytes(arch) + fsdp  # 8 ranks: 16.4 + 6.2 + 15.4 GB in a 42.5 GB room
+    assert need < 85e9 * 0.5 < 16 * params / 8 + D.fsdp_root_bytes(arch) + one + 2**30
+    D.check_colocation(tmp_path, torch.device("cuda"), 0.5, world_size=8, update=[(1, 26_048, True)])
+    with pytest.raises(ValueError, match=rf"keeps about {fsdp / 2**30:.1f} GiB of activations \(checkpointed\) beside "
+                                         rf"{(16 * params / 8 + D.fsdp_root_bytes(arch)) / 2**30:.1f} GiB of trainer"):
+        D.check_colocation(tmp_path, torch.device("cuda"), 1 - (need - 2**30) / 85e9, world_size=8,
+                           update=[(1, 26_048, True)])  # 1 GiB short: the root counted, the bf16 inputs priced
+
+
 @pytest.mark.parametrize("left", ["tmp_and_old", "old_only"])
 def test_a_crash_inside_save_resumes_from_the_newest_complete_checkpoint(model_dir, tmp_path, left):
     """save() renames checkpoint -> checkpoint.old, then checkpoint.tmp -> checkpoint: a crash between the two
