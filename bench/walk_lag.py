@@ -39,6 +39,35 @@ def _mean(v: list[float]) -> float:
 
 
 @torch.no_grad()
+def beliefs(model, tok, prompt: str, lines: list[str]) -> torch.Tensor:
+    """The next-token logits after ``=>`` at every boundary j = 0..len(lines) (after the prompt and j lines): the
+    text ``prompt + lines[:j] + "=>"`` as the model reads it. The chain is forwarded once and each boundary's suffix
+    read reuses its keys and values (row j of one batch sees the first j lines only, at its own positions), the
+    arithmetic of one forward per text at a tenth of the cost; a chain whose pieces do not tokenize apart is read one
+    text a row."""
+    enc = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
+    pieces, suffix = [enc(prompt)] + [enc(line + "\n") for line in lines], enc(W.SUFFIX)
+    cuts = [sum(map(len, pieces[: j + 1])) for j in range(len(pieces))]
+    texts = [prompt + "".join(line + "\n" for line in lines[:j]) + W.SUFFIX for j in range(len(pieces))]
+    chain = [t for piece in pieces for t in piece]
+    if any(enc(t) != chain[:cut] + suffix for t, cut in zip(texts, cuts)):
+        rows = [enc(t) for t in texts]
+        width = max(map(len, rows))
+        ids = torch.tensor([[tok.pad_token_id] * (width - len(e)) + e for e in rows])
+        return model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long()).logits[:, -1]
+    cache = model(input_ids=torch.tensor([chain]), use_cache=True).past_key_values
+    cache.batch_repeat_interleave(len(cuts))
+    n, s = len(chain), len(suffix)
+    mask = torch.zeros(len(cuts), n + s, dtype=torch.long)
+    for j, cut in enumerate(cuts):
+        mask[j, :cut] = 1
+    mask[:, n:] = 1
+    positions = torch.tensor(cuts)[:, None] + torch.arange(s)
+    ids = torch.tensor([suffix] * len(cuts))
+    return model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache).logits[:, -1]
+
+
+@torch.no_grad()
 def measure(path, n: int = 200, seed: int = 99) -> dict:
     """The lag figures of the walk model at ``path`` on ``n`` wrong chains drawn with ``seed``."""
     tok = transformers.AutoTokenizer.from_pretrained(path)
@@ -50,12 +79,7 @@ def measure(path, n: int = 200, seed: int = 99) -> dict:
     for _ in range(n):
         p = W.make_problem(rng, rng.choice(ops))
         c = W.make_chain(p, rng, "wrong")
-        texts = [p.prompt + "".join(line + "\n" for line in c.lines[:j]) + W.SUFFIX for j in range(len(c.lines) + 1)]
-        enc = [tok.encode(t, add_special_tokens=False) for t in texts]
-        width = max(map(len, enc))
-        ids = torch.tensor([[tok.pad_token_id] * (width - len(e)) + e for e in enc])
-        logits = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long()).logits[:, -1]
-        b = logits[:, sym].float().softmax(-1)
+        b = beliefs(model, tok, p.prompt, c.lines)[:, sym].float().softmax(-1)
         s, scores = c.pivot_line, [js(b[j], b[j + 1]) for j in range(len(b) - 1)]
         for k in offsets:
             if 0 <= s + k < len(scores):

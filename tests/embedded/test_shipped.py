@@ -66,6 +66,32 @@ def _walk_lag():
     return bench
 
 
+def test_walk_lags_reads_reuse_the_chain_and_equal_one_forward_a_text():
+    """bench/walk_lag.py forwards a chain once and reads ``=>`` at every boundary on its keys and values: the logits
+    of one forward a text (the reference), within float error, on chains of three operations."""
+    import random
+
+    import torch
+    import transformers
+
+    from bsb.tasks.synthetic import walk as W
+
+    bench, folder = _walk_lag(), M.shipped_checkpoint("walk")
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    rng = random.Random(5)
+    with torch.no_grad():
+        for op in W.WalkTask().ops[:3]:
+            p = W.make_problem(rng, op)
+            c = W.make_chain(p, rng, "wrong")
+            fast = bench.beliefs(model, tok, p.prompt, c.lines)
+            assert fast.shape[0] == len(c.lines) + 1
+            for j in range(len(c.lines) + 1):
+                text = p.prompt + "".join(line + "\n" for line in c.lines[:j]) + W.SUFFIX
+                ref = model(input_ids=torch.tensor([tok.encode(text, add_special_tokens=False)])).logits[0, -1]
+                assert torch.allclose(fast[j], ref, atol=1e-4), (op, j)
+
+
 @pytest.fixture(scope="module")
 def shipped_lag():
     """bench/walk_lag.py's figures on the shipped walk model (the recorded chains) and the recorded ones."""
