@@ -53,7 +53,7 @@ def test_the_docs_launch_commands_compose_against_verls_config(compose):
 
 @pytest.mark.parametrize("override, match", [
     ("bsb.selector=lens_shift", "hidden states"), ("bsb.selector=entropy", "full next-token distribution"),
-    ("bsb.top_k=32", "exceeds the servers' logprob limit 20"), ("bsb.siblings=0", "M\\(1\\+k\\)"),
+    ("bsb.top_k=32", "exceeds the servers' logprob limit 20"), ("bsb.siblings=0", "bsb.siblings must be >= 1, got 0"),
     ("actor_rollout_ref.rollout.n=4", "rollout.n must be 1"), ("trainer.use_v1=false", "use_v1"),
     ("algorithm.adv_estimator=grpo", "adv_estimator"), ("actor_rollout_ref.rollout.agent.agent_loop_manager_class=null", "reward"),
 ])
