@@ -61,15 +61,36 @@ def failure(done) -> str:
     return "\n".join(said[-60:]) or done.stderr[-4000:]
 
 
-def run_cases(cases: dict, out: Path, launch: bool, extra: dict | None = None):
+def run_together(*cmds: list, timeout: float = 900) -> None:
+    """Each command in its own process, all at once, each checked: a one-process baseline runs with one thread
+    (``env``), so running it beside another keeps both cores busy (docs/DEVELOPMENT.md, the time budget)."""
+    procs = [subprocess.Popen(cmd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for cmd in cmds]
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (stdout, stderr) in zip(procs, outs):
+        assert p.returncode == 0, failure(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+
+
+def case_commands(cases: dict, out: Path, launch: bool, extra: dict | None = None) -> list[list]:
+    """The command(s) that train ``cases``: one torchrun launch, or (one process) the cases split over two processes."""
     spec = [{"config": {**BASE, **cfg, **(extra or {}), "out_dir": str(out / name)}} for name, cfg in cases.items()]
-    path = out / "cases.json"
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(spec))
     script = SUPPORT / "dist_train.py"
-    cmd = torchrun(script, path) if launch else [sys.executable, str(script), str(path)]
-    done = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, failure(done)
+    parts = [spec] if launch or len(spec) == 1 else [spec[0::2], spec[1::2]]
+    cmds = []
+    for i, part in enumerate(parts):
+        path = out / f"cases{i}.json"
+        path.write_text(json.dumps(part))
+        cmds.append(torchrun(script, path) if launch else [sys.executable, str(script), str(path)])
+    return cmds
+
+
+def run_cases(cases: dict, out: Path, launch: bool, extra: dict | None = None):
+    run_together(*case_commands(cases, out, launch, extra))
 
 
 def rows(out: Path) -> list[dict]:
@@ -99,7 +120,7 @@ def assert_same_run(a: Path, b: Path, weights_tol=1e-5):
 
 
 def test_world_size_2_trains_what_world_size_1_trains_with_every_selector_and_sampler(tmp_path):
-    run_cases(CASES, tmp_path / "w1", launch=False)
+    run_cases(CASES, tmp_path / "w1", launch=False)  # two processes of one thread each
     run_cases(CASES, tmp_path / "w2", launch=True)
     for name in CASES:
         assert_same_run(tmp_path / "w1" / name, tmp_path / "w2" / name)
@@ -115,8 +136,8 @@ def test_world_size_2_trains_what_world_size_1_trains_with_every_selector_and_sa
 
 
 def test_gradient_checkpointing_changes_no_number(tmp_path):
-    run_cases({"probe_js": {}}, tmp_path / "plain", launch=False)
-    run_cases({"probe_js": {}}, tmp_path / "ckpt", launch=True, extra={"gradient_checkpointing": True})
+    run_together(*case_commands({"probe_js": {}}, tmp_path / "plain", launch=False),
+                 *case_commands({"probe_js": {}}, tmp_path / "ckpt", launch=True, extra={"gradient_checkpointing": True}))
     assert_same_run(tmp_path / "plain" / "probe_js", tmp_path / "ckpt" / "probe_js")
 
 
@@ -180,13 +201,14 @@ def _rank_pid(out: Path, rank: int) -> int | None:
     return None
 
 
-def test_kill_rank_1_mid_run_then_the_same_command_resumes_exactly_and_at_world_size_1(tmp_path):
+def test_kill_rank_1_mid_run_then_the_same_command_resumes_exactly_and_at_world_size_1(tmp_path, request):
     cfg = tmp_path / "run.yaml"
     cfg.write_text(yaml.safe_dump({**BASE, "steps": 4, "save_every": 1, "val_every": 1}))
     ref, out = tmp_path / "ref", tmp_path / "run"
-    done = subprocess.run(_train_cmd(cfg, ref, False), env=env(), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, failure(done)
-
+    # the one-process reference (one thread) trains beside the launch (two ranks of one thread each)
+    log = (tmp_path / "ref.log").open("w")
+    reference = subprocess.Popen(_train_cmd(cfg, ref, False), env=env(), stdout=log, stderr=subprocess.STDOUT)
+    request.addfinalizer(reference.kill)  # gone with the test, whatever fails
     job = subprocess.Popen(_train_cmd(cfg, out, True, steps=3), env=env(), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     state, deadline = out / "checkpoint" / "state.json", time.time() + 300
@@ -211,6 +233,7 @@ def test_kill_rank_1_mid_run_then_the_same_command_resumes_exactly_and_at_world_
     # ... and its world-size-2 checkpoint resumes in one process for the last step
     done = subprocess.run(_train_cmd(cfg, out, False), env=env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, failure(done)
+    assert reference.wait(timeout=600) == 0, (tmp_path / "ref.log").read_text()[-3000:]
     assert_same_run(ref, out)
 
 
@@ -269,9 +292,7 @@ def test_ranks_whose_refill_rounds_differ_never_wait_in_transformers_synced_gene
         "overlong_buffer": 8, "val_problems": 4, "val_every": 2, "save_every": 1, "lr": 0.001, "progress": False,
         "dist_timeout_s": 60,  # a wait in a collective fails the run in a minute instead of ten
     }))
-    for out, launch in ((tmp_path / "w1", False), (tmp_path / "w2", True)):
-        done = subprocess.run(_train_cmd(cfg, out, launch), env=env(), capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, failure(done)
+    run_together(_train_cmd(cfg, tmp_path / "w1", False), _train_cmd(cfg, tmp_path / "w2", True), timeout=600)
     assert [r["step"] for r in rows(tmp_path / "w2")] == [0, 1, 2, 3, 4]
     assert_same_run(tmp_path / "w1", tmp_path / "w2")
 
