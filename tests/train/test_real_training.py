@@ -79,7 +79,7 @@ def test_validate_and_demo_on_a_real_checkpoint_and_a_problem_file(tmp_path):
     table = (tmp_path / "val" / "table.md").read_text()
     assert result["chains"] >= 1, table  # sampled, and read where a chain has a newline boundary
     print(f"{name} validate: {table.splitlines()[0]}")
-    demo = run_demo(DemoConfig(n_problems=2, n_mc=2, max_response=96, out=str(tmp_path / "demo.png"), **common))
+    demo = run_demo(DemoConfig(n_problems=1, n_mc=2, max_response=96, out=str(tmp_path / "demo.png"), **common))
     assert (tmp_path / "demo.png").exists() and demo
 
 
@@ -103,7 +103,8 @@ def _with_chat_template(model: str, folder) -> str:
 
 
 @pytest.mark.parametrize("fmt", ["plain", "chat"])
-def test_a_base_models_prompt_has_one_bos_and_the_ids_of_train_in_every_offline_command(fmt, tmp_path, run_dir):
+def test_a_base_models_prompt_has_one_bos_and_the_ids_of_train_in_every_offline_command(fmt, tmp_path, run_dir,
+                                                                                      monkeypatch):
     """Gemma 3 base puts <bos> before every input: a plain prompt gets exactly one, a chat prompt whose template writes
     it gets no second; and validate, evaluate and demo (each through open_session) encode every problem to the ids
     bsb train gives it under the same prompt options, the template included."""
@@ -121,6 +122,11 @@ def test_a_base_models_prompt_has_one_bos_and_the_ids_of_train_in_every_offline_
                       progress=False, **prompting)
     tok, task = transformers.AutoTokenizer.from_pretrained(model), make_task("math", options)  # what Trainer builds
     bos = tok.bos_token_id
+    from bsb.engine import hf_model
+
+    loads = {}  # the three sessions open one checkpoint: it is loaded once (the test is about their prompts)
+    load = hf_model.load_for_inference
+    monkeypatch.setattr(hf_model, "load_for_inference", lambda path, *a: loads.get(path) or loads.setdefault(path, load(path, *a)))
     for cls in (ValidateConfig, EvaluateConfig, DemoConfig):
         session = open_session(cls(model=model, problems=problems, task="math", **prompting), 3, 0)
         assert session.prompts == [cfg.encode(task, p, tok) for p in session.problems], cls.__name__
@@ -129,3 +135,4 @@ def test_a_base_models_prompt_has_one_bos_and_the_ids_of_train_in_every_offline_
         text = tok.decode(session.prompts[0])
         assert "Answer step by step." in text and (fmt == "plain") == ("<start_of_turn>" not in text)
         assert (fmt == "chat") == ("Be brief." in text)
+    assert len(loads) == 1
