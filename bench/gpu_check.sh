@@ -2,7 +2,7 @@
 # Every GPU check in one command, in stages, each under its own time limit and each writing into OUTDIR as it goes (a
 # stage cut off by its limit loses only its own unfinished rows). The stages (`--table` prints them for the docs):
 #   env       installs the carried wheels (bench/gpu_wheels.sh), then records the machine, the versions  -> stages.log
-#             and the floors
+#             and checks them against bsb's minimum versions
 #   kernels   the ceilings first (copy bandwidth, bf16 and fp32 matmul rate), then the lens (MMA), row  -> gpu-<GPU>.json, after every row
 #             and log-prob benchmarks: CUDA events over inputs rotated through 4x the L2 size
 #   warm      one tiny tree-packed forward and backward through the compiled flex attention at three    -> warm.json
@@ -16,7 +16,9 @@
 #             the same shape: each step's time split and memory
 #   update    the tree mask built on the host and on the device per group size (9k, 25k, 45k tokens); the -> bench.log, after every row
 #             update per path and tree-packed under bf16 autocast on paper-shaped trees (28 layers, chains
-#             of 1,024 and 2,048, forks at the midpoint): token-forwards, time and peak memory, as ratios
+#             of 1,024 and 2,048, forks at the midpoint): token-forwards, time, peak memory and the two
+#             packings' gradient difference; one checkpointed 8,192-token row's measured peak against the
+#             activation model; the two packings on an OLMo-3 shape whose sliding layers see 512 keys
 # The figures that matter come first (the kernels' rows, then the tree step's), the GPU tests after them. Every stage
 # ends with its processes: whatever is left of its scripts (torchrun's workers start in their own session, beyond
 # timeout's reach) is killed before the next starts. The sm_90a compile report needs no GPU and is not a stage here:
@@ -35,7 +37,7 @@ set -uo pipefail
 BUDGET=480  # seconds: 8 of the GPU machine's 10 minutes per command
 GRACE=5     # seconds a stage gets to write what it has after SIGINT, before SIGKILL
 # name and limit (seconds) of every stage, in order
-STAGES=(env:20 kernels:95 warm:30 e2e:80 tests:90 train:90 update:40)
+STAGES=(env:20 kernels:85 warm:30 e2e:80 tests:80 train:90 update:60)
 
 mode=gpu
 case "${1:-}" in
@@ -142,7 +144,8 @@ if [ "$mode" = gpu ]; then
     "$py" -m pytest tests/kernels -m gpu -k "not lens" -q -p no:cacheprovider' > "$out/tests.log" 2>&1
   tail -3 "$out/tests.log"
   stage train "$py" -m torch.distributed.run --standalone --nproc_per_node=1 bench/gpu_train.py "$out" >> "$out/bench.log" 2>&1
-  stage update "$py" bench/update.py --lens 1024 2048 --forks mid --steps 0 --dtype bfloat16 >> "$out/bench.log" 2>&1
+  stage update "$py" bench/update.py --lens 1024 2048 --forks mid --steps 0 --dtype bfloat16 --mem-tokens 8192 \
+    --olmo-window 512 >> "$out/bench.log" 2>&1
 else  # the same scripts at toy sizes on the CPU: each GPU script's pipeline, in seconds
   stage kernels "$py" -m pytest bench/test_bench_ceilings.py bench/test_bench_lens.py bench/test_bench_rows.py \
     bench/test_bench_logprobs.py -q -p no:cacheprovider --collect-only > "$out/bench.log" 2>&1
@@ -150,7 +153,7 @@ else  # the same scripts at toy sizes on the CPU: each GPU script's pipeline, in
   stage e2e "$py" bench/gpu_e2e.py "$out" --smoke
   stage tests "$py" -m pytest tests/kernels -m gpu -k lens -q -p no:cacheprovider --collect-only > "$out/tests.log" 2>&1
   stage train "$py" -m torch.distributed.run --standalone --nproc_per_node=1 bench/gpu_train.py "$out" --smoke >> "$out/bench.log" 2>&1
-  stage update "$py" bench/update.py --smoke --steps 0 >> "$out/bench.log" 2>&1
+  stage update "$py" bench/update.py --smoke --steps 0 --mem-tokens 256 --olmo-window 32 >> "$out/bench.log" 2>&1
 fi
 ls -l "$out"
 log "$failed stage(s) failed"

@@ -9,6 +9,13 @@
 2. **The mask build** per fork-group size (``--mask-tokens``, unique tokens of one tree of four fork groups): the
    host-built reference masks (the build before 2026-12-06) against the vectorised build on the device, and the
    whole pack (indices included); on CUDA also the flex_attention block masks.
+   Beside each case, the two packings' gradients: their largest difference relative to the largest gradient entry
+   (the tree-packed attention, flex on CUDA, against the per-path one, on the same rows and weights).
+   ``--olmo-window W`` adds the case on an OLMo-3-shaped model whose sliding layers see ``W`` keys (OLMo-3's
+   pattern: three sliding layers, then a full one), so the tree-packed masks are cut by the window.
+   ``--mem-tokens N``: one checkpointed per-path row of ``N`` tokens, its measured peak beside the activation model's
+   figure (:func:`bsb.engine.activations.update_activation_bytes`; CUDA's ``max_memory_allocated``, less the
+   gradients; on the CPU the figure alone).
 3. **The embedded default**: ``--steps`` whole training steps of each CPU arm (configs/cpu/arms: Midpoint, Probe-JS,
    Lens-Shift, Entropy) with each packing, the update phase timed separately (``time_update``), with the arm's mean
    fork position (as a fraction of its chain) beside it.
@@ -51,10 +58,22 @@ SMOKE = dict(
 )
 
 
-def model_of(shape: dict, layers: int, device: torch.device):
+def model_of(shape: dict, layers: int, device: torch.device, window: int | None = None):
+    """A random model of ``shape``: Qwen3's, or with ``window`` OLMo-3's (three sliding layers of ``window`` keys,
+    then a full one)."""
     torch.manual_seed(0)
-    cfg = transformers.Qwen3Config(num_hidden_layers=layers, **shape)
+    if window is None:
+        cfg = transformers.Qwen3Config(num_hidden_layers=layers, **shape)
+    else:
+        kinds = ["full_attention" if i % 4 == 3 else "sliding_attention" for i in range(layers)]
+        olmo = {k: v for k, v in shape.items() if k != "head_dim"}
+        cfg = transformers.Olmo3Config(num_hidden_layers=layers, sliding_window=window, layer_types=kinds,
+                                       bos_token_id=None, eos_token_id=None, pad_token_id=None, **olmo)
     return transformers.AutoModelForCausalLM.from_config(cfg).float().to(device).train()
+
+
+def _grads(model) -> torch.Tensor:
+    return torch.cat([p.grad.detach().flatten().float() for p in model.parameters() if p.grad is not None])
 
 
 def paper_rows(trees: int, prompt: int, length: int, forks: str, vocab: int, seed: int = 0) -> list[update.Row]:
@@ -114,14 +133,61 @@ def paper_shape(args, device) -> list[dict]:
     out = []
     for length in args.lens:
         for forks in args.forks:
-            rows = paper_rows(args.trees, args.prompt, length, forks, shape["vocab_size"])
-            res = {}
-            for packing in ("path", "tree"):
-                one_minibatch(model, rows[:3], packing, args.micro_batch, args.dtype)  # warm-up
-                res[packing] = one_minibatch(model, rows, packing, args.micro_batch, args.dtype)
-            out.append(_ratios({"case": f"chains {length}, forks {forks}", "rows": len(rows)}, res))
+            out.append(_case(model, args, f"chains {length}, forks {forks}", length, forks, shape["vocab_size"]))
             _print_row(out[-1])  # as it goes: a run cut off at its limit keeps its finished rows
+    if args.mem_tokens:
+        out.append(activation_row(model, args.mem_tokens, args.dtype))
+        _print_memory(out[-1])
+    if args.olmo_window:
+        del model
+        olmo = model_of(shape, 8, device, args.olmo_window)  # two of OLMo-3's blocks of four layers
+        name = f"OLMo-3 window {args.olmo_window}, chains {args.lens[0]}"
+        out.append(_case(olmo, args, name, args.lens[0], "mid", shape["vocab_size"]))
+        _print_row(out[-1])
     return out
+
+
+def _case(model, args, name: str, length: int, forks: str, vocab: int) -> dict:
+    """One mini-batch per path and tree-packed on the same rows and weights: tokens, time, memory, and the largest
+    gradient difference relative to the largest gradient entry."""
+    rows = paper_rows(args.trees, args.prompt, length, forks, vocab)
+    res, grads = {}, {}
+    for packing in ("path", "tree"):
+        one_minibatch(model, rows[:3], packing, args.micro_batch, args.dtype)  # warm-up
+        res[packing] = one_minibatch(model, rows, packing, args.micro_batch, args.dtype)
+        grads[packing] = _grads(model)
+    scale = grads["path"].abs().max().item()
+    diff = (grads["path"] - grads["tree"]).abs().max().item() / scale if scale else float("nan")
+    return {**_ratios({"case": name, "rows": len(rows)}, res), "grad_rel_diff": diff}
+
+
+def activation_row(model, tokens: int, dtype: torch.dtype) -> dict:
+    """One per-path row of ``tokens`` tokens with gradient checkpointing, forward and backward under the update's
+    autocast: CUDA's peak less what stood before and less the gradients, against the activation model's figure for
+    that micro-batch (one process: fp32 layer inputs). The peak also holds what the model leaves out: autocast's bf16
+    copies of the weights, the head's chunked log-probs, the allocator's rounding."""
+    from bsb.engine.activations import update_activation_bytes
+
+    device = next(model.parameters()).device
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    rng = random.Random(1)
+    vocab, prompt = model.config.vocab_size, 16
+    resp = [rng.randrange(3, vocab) for _ in range(tokens - prompt)]
+    row = update.Row([rng.randrange(3, vocab) for _ in range(prompt)], resp, torch.ones(len(resp)), 0, 0, 0)
+    model.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated() if device.type == "cuda" else 0
+    one_minibatch(model, [row], "path", 1, dtype)
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
+    measured = torch.cuda.max_memory_allocated() - before - grads if device.type == "cuda" else None
+    model.gradient_checkpointing_disable()
+    name = "bfloat16" if dtype == torch.bfloat16 else "float32"
+    predicted = update_activation_bytes(model.config, 1, tokens, True, dtype=name, input_bytes=4)
+    return {"case": f"activations, 1 x {tokens:,}, checkpointed", "tokens": tokens, "predicted_gb": predicted / 1e9,
+            "measured_gb": None if measured is None else measured / 1e9,
+            "measured_over_predicted": None if measured is None else measured / predicted}  # fmt: skip
 
 
 def _ratios(row: dict, res: dict) -> dict:
@@ -229,11 +295,18 @@ def embedded_steps(args) -> list[dict]:
 def _print_row(r: dict) -> None:
     peak = "" if r.get("peak_gb_path") is None else f"{r['peak_gb_path']:.1f} / {r['peak_gb_tree']:.1f}"
     fork = f"  (forks at {r['fork_rel_mean']:.2f})" if "fork_rel_mean" in r else ""
+    grad = f"  gradients differ by {r['grad_rel_diff']:.1e} of the largest" if "grad_rel_diff" in r else ""
     print(
         f"{r['case']:32} {r['tokens_path']:>12,} {r['tokens_tree']:>9,} {r['token_ratio']:>6.2f} "
-        f"{r['time_path_s']:>9.2f}s {r['time_tree_s']:>7.2f}s {r['time_ratio']:>6.2f}  {peak}{fork}",
+        f"{r['time_path_s']:>9.2f}s {r['time_tree_s']:>7.2f}s {r['time_ratio']:>6.2f}  {peak}{fork}{grad}",
         flush=True,
     )
+
+
+def _print_memory(r: dict) -> None:
+    measured = "not measured (no CUDA)" if r["measured_gb"] is None else (
+        f"measured {r['measured_gb']:.3f} GB, {r['measured_over_predicted']:.2f}x")  # fmt: skip
+    print(f"{r['case']:32} the activation model {r['predicted_gb']:.3f} GB, {measured}", flush=True)
 
 
 def main(argv=None) -> list[dict]:
@@ -258,6 +331,8 @@ def main(argv=None) -> list[dict]:
     ap.add_argument(
         "--mask-tokens", type=int, nargs="*", default=None, help="mask build group sizes (default 9000 25000 45000)"
     )
+    ap.add_argument("--olmo-window", type=int, default=None, help="add the case on an OLMo-3 shape with this window")
+    ap.add_argument("--mem-tokens", type=int, default=None, help="one checkpointed row of this length, measured")
     ap.add_argument("--json", default=None, help="write the rows here")
     ap.add_argument(
         "--dtype", default=None, choices=["float32", "bfloat16"], help="the update's autocast (default bf16 on CUDA)"

@@ -105,6 +105,9 @@ def test_every_stage_runs_at_toy_sizes_on_the_cpu(tmp_path):
     bench = (tmp_path / "bench.log").read_text()
     assert bench.index("test_bench_ceilings.py") < bench.index("test_bench_lens.py") < bench.index("test_bench_rows.py")
     assert re.search(r"^mask, \d+ tokens +\d+ ", bench, re.M)  # the update stage's mask build rows
+    assert re.search(r"^chains 64, forks mid .* gradients differ by \d\.\de-\d+ of the largest$", bench, re.M)
+    assert re.search(r"^activations, 1 x 256, checkpointed the activation model \d\.\d+ GB", bench, re.M)
+    assert re.search(r"^OLMo-3 window 32, chains 64 .* gradients differ by", bench, re.M)  # the sliding-window case
     e2e = {r["stage"] for r in json.loads((tmp_path / "gpu_e2e.json").read_text())}
     assert {"env", "reads", "train_logprobs", "tree_step"} <= e2e
     train = json.loads((tmp_path / "gpu_train.json").read_text())

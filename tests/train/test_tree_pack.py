@@ -268,10 +268,14 @@ def test_the_update_benchmark_smoke_runs_side_by_side():
     spec = importlib.util.spec_from_file_location("bench_update", Path(__file__).parents[2] / "bench" / "update.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    rows = bench.main(["--smoke", "--steps", "0"])
-    assert len(rows) == 4 and all(r["tokens_tree"] < r["tokens_path"] for r in rows)
-    mid, early = rows[0], rows[1]
+    rows = bench.main(["--smoke", "--steps", "0", "--olmo-window", "32", "--mem-tokens", "256"])
+    cases, (memory, olmo) = rows[:4], rows[4:]
+    assert all(r["tokens_tree"] < r["tokens_path"] for r in cases + [olmo])
+    mid, early = cases[0], cases[1]
     assert mid["token_ratio"] > early["token_ratio"] > 1  # the saving follows where forks land
+    # the two packings' gradients agree (fp32 here: 3e-7 to 6e-7 of the largest entry measured), a sliding window too
+    assert all(r["grad_rel_diff"] < 1e-5 for r in cases + [olmo]) and olmo["case"].startswith("OLMo-3 window 32")
+    assert memory["predicted_gb"] > 0 and memory["measured_gb"] is None  # measured on CUDA only
 
 
 def test_three_training_steps_with_tree_packing_end_at_the_path_runs_weights(tmp_path):
