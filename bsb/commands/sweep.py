@@ -36,7 +36,7 @@ from bsb.eval.sweep_summary import (
 )
 from bsb.fields import check_values
 from bsb.fields import help_field as _f
-from bsb.run_storage import metric_rows, weight_steps, write_whole
+from bsb.run_storage import best_weights, metric_rows, weight_steps, write_whole
 from bsb.train.config import EVAL_FIELDS, RUN_ONLY
 
 HELP = "several configs x seeds, each in its own process and folder (resumable); one table and figure"
@@ -194,6 +194,15 @@ def execute(runs: list[Run], progress: bool = True) -> None:
         subprocess.run([sys.executable, "-m", "bsb.cli", "train", "--config", str(r.dir / "run.yaml")], check=True)
 
 
+def _kept_at(run: Path, step: int) -> str | None:
+    """The folder of ``run``'s weights at validation step ``step``: kept by keep_last (``weights/step-S``) or by
+    keep_best when its best is that step (``best/``); None when neither kept them."""
+    if step in weight_steps(run):
+        return str(run / "weights" / f"step-{step}")
+    best = best_weights(run)
+    return str(run / "best") if best is not None and best["step"] == step else None
+
+
 def summarize(runs: list[Run], out: str | Path, reference: str | None = None, resamples: int = 4000) -> dict:
     """The sweep's table (``table.md``) and figure (``curves.png``) from its runs' metrics
     (:mod:`bsb.eval.sweep_summary`)."""
@@ -214,8 +223,7 @@ def summarize(runs: list[Run], out: str | Path, reference: str | None = None, re
         rows = [_rows(r) for r in mine]
         summary = config_summary(name, [[x for x in rs if "val_accuracy" in x] for rs in rows])
         best = summary["best_step"]
-        # each seed's weights of the best-aggregate step, where keep_last kept them
-        kept = [str(r.dir / "weights" / f"step-{best}") if best in weight_steps(r.dir) else None for r in mine]
+        kept = [_kept_at(r.dir, best) for r in mine]
         fork_yield, fork_yield_hw = seed_interval([step_mean(rs, "fork_yield") for rs in rows])
         configs[name] = {"best_weights": kept, "fork_yield": fork_yield, "fork_yield_hw": fork_yield_hw, **summary}
     add_differences(configs, reference, resamples)

@@ -105,8 +105,8 @@ def table_lines(configs: dict[str, dict], reference: str, seeds: Sequence[int]) 
     ]
     for name, r in configs.items():
         lines.append(
-            f"| {name} | {r['mean'][0]:.3f} | {r['best']:.3f} ± {r['best_hw']:.3f} ({r['best_step']}) | "
-            f"{r['final']:.3f} ± {r['final_hw']:.3f} | {interval_text(r['fork_yield'], r['fork_yield_hw'])} | "
+            f"| {name} | {r['mean'][0]:.3f} | {interval_text(r['best'], r['best_hw'])} ({r['best_step']}) | "
+            f"{interval_text(r['final'], r['final_hw'])} | {interval_text(r['fork_yield'], r['fork_yield_hw'])} | "
             f"{r['diff_final']} | {r['diff_best']} |"
         )
     lines += [
@@ -117,7 +117,7 @@ def table_lines(configs: dict[str, dict], reference: str, seeds: Sequence[int]) 
         "correctness differs, each run's mean over its training steps, then mean ± 95% t-interval over seeds "
         "(empty without forks: flat rollouts).",
         "",
-        "Best-aggregate weights (`bsb export RUN --step S`):",
+        "Best-aggregate weights (`bsb export RUN --step S`, or `--best` where the run's own best is that step):",
     ]
     for name, r in configs.items():
         where = [w for w in r["best_weights"] if w]

@@ -97,6 +97,15 @@ def test_summary_best_checkpoint_moving_average_and_bootstrap(tmp_path):
     res = sweep.summarize(runs, tmp_path / "summary", reference="ref", resamples=50)
     assert res["configs"]["arm"]["best_weights"] == [str(kept), None]
     assert f"- arm, step 2: kept in 1 of 2 runs ({kept}, ...)" in (tmp_path / "summary" / "table.md").read_text()
+    best = runs[3].dir / "best"  # seed 1 kept its own best (keep_best), which is step 2 too; seed 0's best/ is not
+    best.mkdir()
+    (best / "bsb_best.json").write_text(json.dumps({"step": 2, "val_accuracy": 0.75}))
+    (runs[2].dir / "best").mkdir()
+    (runs[2].dir / "best" / "bsb_best.json").write_text(json.dumps({"step": 4, "val_accuracy": 0.5}))
+    res = sweep.summarize(runs, tmp_path / "summary", reference="ref", resamples=50)
+    assert res["configs"]["arm"]["best_weights"] == [str(kept), str(best)]
+    one = sweep.summarize(runs[2:3], tmp_path / "one", resamples=50)  # one seed: no interval, no "± nan"
+    assert "| arm | 0.250 | 1.000 (2) | 0.500 |" in (tmp_path / "one" / "table.md").read_text()
     with pytest.raises(ValueError, match="reference 'nope' is none"):
         sweep.summarize(runs, tmp_path / "summary", reference="nope")
     with pytest.raises(ValueError, match="1 run\\(s\\) have no metrics yet"):
