@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import torch
 
+from bsb.engine.known_models import KNOWN_MODELS
+
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # the Qwen3-0.6B shape (width, heads, MLP, vocabulary) of the GPU scripts' random models; each picks its layer count
-QWEN3_06B = dict(
-    vocab_size=151_936,
-    hidden_size=1024,
-    intermediate_size=3072,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-    max_position_embeddings=40_960,
-    rope_theta=1_000_000.0,
-    tie_word_embeddings=True,
-)
+QWEN3_06B = {
+    **{k: v for k, v in KNOWN_MODELS["Qwen3-0.6B"][1].items() if k not in ("model_type", "num_hidden_layers")},
+    "max_position_embeddings": 40_960,
+    "rope_theta": 1_000_000.0,
+}  # bsb's one table of public shapes (bsb.engine.known_models), less the layer count each benchmark sets
 # the toy shape of their --smoke runs on the CPU
 QWEN3_TOY = dict(
     vocab_size=512,
