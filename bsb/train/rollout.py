@@ -25,7 +25,7 @@ from bsb.engine.selectors import ChainInput, ForkChoice, Selector
 from bsb.train.sampling import Sampling
 from bsb.train.seeds import derive
 from bsb.train.tree import Leaf, PromptTree
-from bsb.train.tree_options import TreeOptions
+from bsb.train.tree_options import TreeOptions, check_shape
 
 
 def fork_room_problem(max_tokens: int, name: str = "max_response_len") -> str | None:
@@ -77,6 +77,7 @@ def tree_rollout(
     tokens for Lens-Shift (None when it has none). ``seed``: the round's stream; roots, refills, probes and siblings
     each derive their own from it, and every request and read is seeded by its chain's global slot (``first``: the
     global index of ``prompts[0]`` in the round), so a prompt's tree does not depend on which rank generates it."""
+    check_shape(shape)
     why = fork_room_problem(sampling.max_tokens)
     if why:
         raise ValueError(why)

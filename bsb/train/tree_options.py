@@ -23,6 +23,16 @@ class TreeOptions:
     max_refills: int = _f(2, "refill rounds of fresh roots for chains that cannot fork", ge=0, size_limit=1000)
 
 
+def check_shape(shape: TreeOptions) -> None:
+    """One ``ValueError`` where ``shape``'s M, k or refills break their fields' bounds: the rollouts' guard for a
+    caller that built its own (a config's are checked with all its fields at start)."""
+    from bsb.fields import value_problems
+
+    problems = value_problems(TreeOptions(shape.chains, shape.siblings, shape.max_refills))
+    if problems:
+        raise ValueError(f"invalid tree: {'; '.join(problems)}")
+
+
 @dataclass
 class CreditOptions:
     """How leaves' rewards become advantages: DAPO's overlong penalty and the estimators' options, passed to every

@@ -34,7 +34,7 @@ from bsb.train.rollout import RolloutTimes
 from bsb.train.sampling import Sampling
 from bsb.train.seeds import derive
 from bsb.train.tree import Leaf, PromptTree
-from bsb.train.tree_options import TreeOptions
+from bsb.train.tree_options import TreeOptions, check_shape
 
 EARLY_EOS_RULES = ("terminal_dup", "root_resample", "midpoint_fallback")
 
@@ -90,6 +90,7 @@ def two_stage_rollout(
 ) -> tuple[list[Leaf], dict]:
     """K·B leaves for one prompt (group k = root k; K = ``shape.chains``, B = ``shape.siblings``) and the pair census
     ``{"causal_non_eos": …, "terminal_dup": …, "tau_zero": …, "midpoint_fallback": …}``."""
+    check_shape(shape)
     why = stages.problem(sampling.max_tokens)
     if why:
         raise ValueError(why)

@@ -1,6 +1,7 @@
 """The [Fork] tree rollout on a scripted backend: exactly M(1+k) leaves per prompt, refills of chains that
 cannot fork, siblings continuing the chosen prefix."""
 
+import pytest
 import torch
 
 from bsb.engine.backend import Capabilities, ChainResults
@@ -85,3 +86,18 @@ def test_each_sibling_decodes_to_its_own_budget():
     cuts = tree.fork_positions
     assert backend.budgets[0] == 20 and backend.budgets[-1] == [20 - cuts[0]] * 2 + [20 - cuts[1]] * 2
     assert cuts[0] != cuts[1]
+
+
+@pytest.mark.parametrize("shape, what", [(TreeOptions(chains=0), "chains must be >= 1, got 0"),
+                                         (TreeOptions(siblings=0), "siblings must be >= 1, got 0"),
+                                         (TreeOptions(max_refills=-1), "max_refills must be >= 0")])
+def test_a_tree_the_caller_built_out_of_bounds_is_refused_before_generating(shape, what):
+    """The rollouts hold a hand-built TreeOptions to its fields' own bounds (a config's are checked at start)."""
+    from bsb.train.two_stage import TwoStageConfig, two_stage_rollout
+
+    never = Scripted([])
+    with pytest.raises(ValueError, match=f"invalid tree: {what}"):
+        tree_rollout([[2, 3]], ["a"], ["1"], never, make_selector("midpoint", SelectorConfig()), MASK, shape,
+                     Sampling(20), EOS, seed=0)
+    with pytest.raises(ValueError, match=f"invalid tree: {what}"):
+        two_stage_rollout(never.generate, [2, 3], shape, TwoStageConfig(4, 8), Sampling(20), MASK, EOS)
