@@ -22,9 +22,10 @@ lags -2..+2.
 
 Outputs in ``out_dir``: ``chains.jsonl`` (the sampled chains), ``completions.jsonl`` (every finished
 completion), ``curves.jsonl`` (per problem: cuts, V*, every selector's scores, top-B and error: enough to
-re-score new selectors without re-sampling), ``table.md`` (the selectors' table, the fork contrast and the lag
-diagnostic), ``lag.json`` (every score's lag profile); when some V* curve is not flat, ``bars.png`` (Figure 3 style),
-``lag.png`` and ``case_*.png`` (Figure 1 style). The summaries and tables are :mod:`bsb.eval.validation` and
+re-score new selectors without re-sampling; each selector's read token-forwards too), ``table.md`` (the selectors'
+table, the fork contrast, the reads' cost against the chains' sampling and the lag diagnostic), ``lag.json`` (every
+score's lag profile); when some V* curve is not flat, ``bars.png`` (Figure 3 style), ``lag.png`` and ``case_*.png``
+(Figure 1 style). The summaries and tables are :mod:`bsb.eval.validation` and
 :mod:`bsb.eval.validation_report`; this module loads and writes.
 """
 
@@ -351,6 +352,8 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         console.print(f"llm_judge ({cfg.judge_model}): {judge.stats.summary()}")
     contrast = fork_contrast(curves)  # App. D
     console.print(report.contrast_line(contrast))
+    if report.read_cost_line(summary):
+        console.print(report.read_cost_line(summary))
     # the lag diagnostic: every score, and the probe belief's own moves, against the value jumps
     beliefs = gold_beliefs(session, summary.live, scfg.suffix)
     lags = lag_profiles(summary.live, beliefs, summary.names, cfg.seed)

@@ -23,14 +23,15 @@ from bsb.eval.value_curve import answer_belief
 
 
 def boundary_scores(sel, chain: ChainInput, pool: CandidatePool, reads, index: int, seed: int):
-    """Per-boundary scores of ``sel`` and whether it fell back to the midpoint ranking."""
+    """Per-boundary scores of ``sel``, whether it fell back to the midpoint ranking, and the token-forwards its reads
+    spent (those of a fallen-back read too: they were paid)."""
     try:
-        scores, _ = sel.score(chain, pool, reads, index, seed)
+        scores, spent = sel.score(chain, pool, reads, index, seed)
     except CannotScore:
-        return midpoint_scores(pool), True
+        return midpoint_scores(pool), True, 0
     if all(isinstance(s, float) and math.isnan(s) for s in scores):
-        return midpoint_scores(pool), True
-    return [float(s) for s in scores], False
+        return midpoint_scores(pool), True, int(spent)
+    return [float(s) for s in scores], False, int(spent)
 
 
 def curve_row(
@@ -70,9 +71,12 @@ def curve_row(
         "b": b,
         "floor": floor,
         "floor_points": best,
+        "read_tokens": {},  # token-forwards each selector's reads spent here (the chain forwarded again included)
+        "read_floor": {},  # ... and the fewest they cost on an engine that holds the chain's keys and values
     }
     for name, sel in selectors.items():
-        s, fb = boundary_scores(sel, chain, pool, session.hf, i, seed)
+        s, fb, spent = boundary_scores(sel, chain, pool, session.hf, i, seed)
+        row["read_tokens"][name], row["read_floor"][name] = spent, sel.read_floor(chain, pool) if spent else 0
         kept = top_b(s, b)
         row["scores"][name] = [None if math.isnan(x) else x for x in s]
         row["top_b"][name], row["fallback"][name] = kept, fb
@@ -101,6 +105,9 @@ class Summary:
     # where Midpoint was not scored or fewer than two chains are non-flat
     vs_midpoint: dict[str, Interval | None]
     problems: int  # distinct prompts among the non-flat chains (the interval's clusters)
+    # per selector, over every chain that recorded it: its reads' token-forwards per token the chains sampled, as
+    # spent here and at the floor of a prefix-cached engine (Eq. 8's C·(E + L − 1)); {} for rows of an older run
+    read_cost: dict[str, tuple[float, float]]
 
 
 def summarize(curves: list[dict], names: list[str]) -> Summary:
@@ -127,7 +134,19 @@ def summarize(curves: list[dict], names: list[str]) -> Summary:
         fallbacks={n: sum(r["fallback"][n] for r in curves) for n in names},
         vs_midpoint={n: _vs_midpoint(live, n) if "midpoint" in names and len(live) > 1 else None for n in names},
         problems=len({r["prompt"] for r in live}),
+        read_cost=_read_cost(curves, names),
     )
+
+
+def _read_cost(curves: list[dict], names: list[str]) -> dict[str, tuple[float, float]]:
+    """Each selector's read token-forwards (spent, floor) over the tokens its chains sampled (their sampling cost)."""
+    out = {}
+    for n in names:
+        rows = [r for r in curves if n in r.get("read_tokens", {})]
+        sampled = sum(len(r["response"]) for r in rows)
+        if sampled:
+            out[n] = (sum(r["read_tokens"][n] for r in rows) / sampled, sum(r["read_floor"][n] for r in rows) / sampled)
+    return out
 
 
 def _vs_midpoint(live: list[dict], name: str) -> Interval:

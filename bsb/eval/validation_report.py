@@ -1,6 +1,6 @@
 """What ``bsb validate`` shows of its :class:`~bsb.eval.validation.Summary`: the selectors' table (one builder of the
 rows for the console and for ``table.md``: best ★ on the console, **bold** and second _italic_ in Markdown), the
-warnings about B, the fork contrast's line and the lag diagnostic's rows."""
+warnings about B, the fork contrast's line, the reads' cost and the lag diagnostic's rows."""
 
 from __future__ import annotations
 
@@ -78,9 +78,23 @@ def markdown(s: Summary, title_text: str, contrast: dict, lags: dict) -> str:
         f"Fork contrast (App. D): sibling agreement {num(contrast['sibling_agreement'])} "
         f"over {contrast['pairs']} pairs; disagreement by Probe-JS tercile: " + (tercile or "none"),
         "",
+        *([read_cost_line(s), ""] if read_cost_line(s) else []),
         *lag_rows(lags),
     ]
     return "\n".join(lines) + "\n"
+
+
+def read_cost_line(s: Summary) -> str:
+    """The reads' cost against the chains' sampling, for each selector that reads the model ("" when none did)."""
+    spent = {n: c for n, c in s.read_cost.items() if c[0] or c[1]}
+    if not spent:
+        return ""
+    cells = "; ".join(f"{n} {a:.2f} ({f:.2f})" for n, (a, f) in spent.items())
+    return (
+        "Read cost: token-forwards of a selector's reads per token the chain sampled, as spent here (the HF reader "
+        "forwards the chain again) and, in brackets, on an engine that holds the chain's keys and values "
+        f"(each read's suffix and read tokens alone, Eq. 8's T_probe): {cells}."
+    )
 
 
 def warnings(s: Summary) -> list[str]:

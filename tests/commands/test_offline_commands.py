@@ -30,8 +30,12 @@ def test_validate_writes_everything_and_resumes_without_new_completions(model_di
     for r in rows:
         assert set(r["error"]) >= {"probe_js", "lens_shift", "entropy", "midpoint"} and len(r["v_star"]) == len(r["cuts"])
         assert all(r["error"][n] >= r["floor"] - 1e-9 for n in r["error"])  # no selector beats the DP floor
+        # the reads' cost: Probe-JS forwards at least its C·(E + L − 1) floor; Midpoint reads nothing
+        assert r["read_tokens"]["probe_js"] >= r["read_floor"]["probe_js"] > 0 or len(r["cuts"]) < 2
+        assert r["read_tokens"]["midpoint"] == r["read_floor"]["midpoint"] == 0
     table = (out / "table.md").read_text()
     assert "oracle floor" in table and "Fork contrast" in table and "Lag diagnostic" in table and "nan" not in table
+    assert "Read cost:" in table and " probe_js " in table.split("Read cost:")[1].splitlines()[0]
     live = [r for r in rows if not r["flat"]]
     assert ("B/m=" in table) if live else ("B/m n/a (no non-flat chain)" in table)  # never B/m=nan
     assert all(r["b"] == 2 for r in rows)

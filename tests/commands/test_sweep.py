@@ -104,7 +104,7 @@ def test_summary_best_checkpoint_moving_average_and_bootstrap(tmp_path):
     (runs[2].dir / "best" / "bsb_best.json").write_text(json.dumps({"step": 4, "val_accuracy": 0.5}))
     res = sweep.summarize(runs, tmp_path / "summary", reference="ref", resamples=50)
     assert res["configs"]["arm"]["best_weights"] == [str(kept), str(best)]
-    one = sweep.summarize(runs[2:3], tmp_path / "one", resamples=50)  # one seed: no interval, no "± nan"
+    sweep.summarize(runs[2:3], tmp_path / "one", resamples=50)  # one seed: no interval, no "± nan"
     assert "| arm | 0.250 | 1.000 (2) | 0.500 |" in (tmp_path / "one" / "table.md").read_text()
     with pytest.raises(ValueError, match="reference 'nope' is none"):
         sweep.summarize(runs, tmp_path / "summary", reference="nope")

@@ -68,14 +68,29 @@ class _Cannot:
 
 class _Nan:
     def score(self, chain, pool, backend, index, seed):
-        return [math.nan] * len(pool.positions), 0
+        return [math.nan] * len(pool.positions), 7
 
 
-@pytest.mark.parametrize("sel", [_Cannot(), _Nan()])
-def test_a_selector_that_cannot_score_ranks_by_the_engines_midpoint(sel):
+@pytest.mark.parametrize(("sel", "paid"), [(_Cannot(), 0), (_Nan(), 7)])
+def test_a_selector_that_cannot_score_ranks_by_the_engines_midpoint(sel, paid):
     pool = CandidatePool([2, 5, 9], "newline", 10)
-    scores, fell_back = boundary_scores(sel, ChainInput([1], list(range(10))), pool, None, 0, 0)
+    scores, fell_back, spent = boundary_scores(sel, ChainInput([1], list(range(10))), pool, None, 0, 0)
     assert fell_back and scores == [-3.0, 0.0, -4.0]  # closeness to the chain's midpoint, 5
+    assert spent == paid  # reads that ran and found nothing were still paid for
+
+
+def test_the_read_cost_is_each_selectors_reads_over_the_tokens_its_chains_sampled():
+    rows = _rows()
+    for r, (spent, floor) in zip(rows, [(30, 6), (50, 10), (0, 0)]):
+        r["response"] = [0] * 10  # ten sampled tokens a chain
+        r["read_tokens"], r["read_floor"] = {"x": spent, "y": 0}, {"x": floor, "y": 0}
+    del rows[2]["read_tokens"]["x"], rows[2]["read_floor"]["x"]  # a chain x never read: not in its denominator
+    s = summarize(rows, ["x", "y"])
+    assert s.read_cost == {"x": (4.0, 0.8), "y": (0.0, 0.0)}  # 80 / 20 and 16 / 20; y's 0 over all 30 tokens
+    line = report.read_cost_line(s)
+    assert "x 4.00 (0.80)." in line and " y " not in line  # a selector that reads nothing is not listed
+    assert line in report.markdown(s, "t", {"sibling_agreement": 0.5, "pairs": 2}, {})
+    assert summarize(_rows(), ["x"]).read_cost == {} and report.read_cost_line(summarize(_rows(), ["x"])) == ""
 
 
 def test_the_flip_mass_of_a_fork_is_the_jump_its_boundary_re_rolls():
