@@ -59,7 +59,7 @@ DEFAULT_SELECTORS = tuple(n for n, c in SELECTORS.items() if c.trainable and c.r
 
 # SelectorConfig fields a selector may need (its needs_config) -> the ValidateConfig field that supplies it, and the fix
 NEEDS = {
-    "bsv_path": ("bsv_path", "bsv_path (a direction fitted with bsb.engine.bsv.fit_bsv)"),
+    "bsv_path": ("bsv_path", "a direction: --bsv FILE (fitted with bsb.engine.bsv.fit_bsv) or --bsv-cross-fit"),
     "judge": ("judge_url", "a judge: --judge-url URL --judge-model NAME (or --judge-url local)"),
 }
 
@@ -86,6 +86,11 @@ class ValidateConfig(OfflineConfig):
     screen_samples: int = _f(8, "completions that estimate a candidate's pass rate", ge=1, size_limit=MAX_COUNT)
     selectors: tuple[str, ...] = _f(DEFAULT_SELECTORS, "selectors to rank (default: every boundary selector)")
     bsv_path: str | None = _f(None, "a fitted BSV direction file (adds the bsv selector)", flag="--bsv")
+    bsv_cross_fit: bool = _f(
+        False,
+        "add bsv fitted on this run's own V* curves (segments that raise, keep or drop V*), two folds by problem, "
+        "each chain ranked by the direction fitted on the other fold's chains (bsb.eval.bsv_crossfit)",
+    )
     task_bsv: bool = _f(
         True,
         "a task that drafts BSV continuations (walk) adds bsv, its direction fitted once and cached with the model",
@@ -122,6 +127,8 @@ class ValidateConfig(OfflineConfig):
             raise ValueError(f"--pass-band takes LO HI with 0 <= LO <= HI <= 1, got {list(self.pass_band)}")
         if self.b is None:
             self.b = 3 if self.model == "embedded" else 10
+        if self.bsv_path is not None and self.bsv_cross_fit:
+            raise ValueError("--bsv and --bsv-cross-fit each give bsv its direction: pass one of them")
         if self.bsv_path is not None:
             BSVDirection.load(self.bsv_path)  # a file that is not a direction: one error before any model loads
         self.selectors = tuple(self.selectors) or DEFAULT_SELECTORS
@@ -136,7 +143,7 @@ class ValidateConfig(OfflineConfig):
             raise ValueError(f"{window} pick token positions, not boundaries; they are evaluated by bsb evaluate")
         for s, cls in classes.items():  # a selector named here needs what it cannot do without
             for need in cls.needs_config:
-                if need in NEEDS and not getattr(self, NEEDS[need][0]):
+                if need in NEEDS and not self._has(need):
                     raise ValueError(f"the {s} selector needs {NEEDS[need][1]}")
         # ... and what this config supplies adds the selectors that need it (a direction adds bsv, a judge llm_judge)
         self.selectors += tuple(
@@ -148,7 +155,10 @@ class ValidateConfig(OfflineConfig):
         return self.b if self.b_ratio is None else max(1, round(self.b_ratio * boundaries))
 
     def _supplies(self, cls) -> bool:
-        return all(need not in NEEDS or getattr(self, NEEDS[need][0]) for need in cls.needs_config)
+        return all(need not in NEEDS or self._has(need) for need in cls.needs_config)
+
+    def _has(self, need: str) -> bool:
+        return bool(getattr(self, NEEDS[need][0]) or (need == "bsv_path" and self.bsv_cross_fit))
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -251,8 +261,8 @@ def _sample_chains(cfg: ValidateConfig, gen, session, out: Path) -> dict[str, li
     return saved
 
 
-def _value_curves(cfg: ValidateConfig, session, gen, saved: dict, selectors: dict, store) -> tuple[list[dict], int]:
-    """The ``curves.jsonl`` rows of the chains with a newline boundary (their completions streamed to and resumed from
+def _value_curves(cfg: ValidateConfig, session, gen, saved: dict, store) -> tuple[list[tuple], int]:
+    """``(i, cuts, V*)`` of every chain with a newline boundary (their completions streamed to and resumed from
     ``store``), and how many chains had none."""
     from tqdm import tqdm
 
@@ -268,7 +278,7 @@ def _value_curves(cfg: ValidateConfig, session, gen, saved: dict, selectors: dic
         desc="V* completions",
         disable=not cfg.progress,
     )
-    curves = []
+    values = []
     for i, cuts in todo:
         p, resp = session.problems[i], saved[session.problems[i].id]
 
@@ -292,10 +302,32 @@ def _value_curves(cfg: ValidateConfig, session, gen, saved: dict, selectors: dic
             chain_id=p.id,
             progress=bar.update,
         )
-        b = cfg.chain_b(len(cuts))
-        curves.append(curve_row(session, i, resp, cuts, v, selectors, store, b=b, n_mc=cfg.n_mc, seed=cfg.seed))
+        values.append((i, cuts, v))
     bar.close()
-    return curves, len(session.problems) - len(todo)
+    return values, len(session.problems) - len(todo)
+
+
+def _cross_fitted_bsv(session, saved: dict, values: list[tuple], scfg, out: Path, console) -> list | None:
+    """Each chain's bsv selector, its direction fitted on the other fold's V* curves (saved as ``bsv_fold*.pt``);
+    None, said on the console, when a fold has too few moving chains to fit on."""
+    from bsb.engine.selectors import BSV
+    from bsb.eval.bsv_crossfit import CurveChain, cross_fit
+
+    chains = [
+        CurveChain(session.problems[i].prompt, session.prompts[i], saved[session.problems[i].id], cuts, v)
+        for i, cuts, v in values
+    ]
+    try:
+        fit = cross_fit(session.hf.model, chains)
+    except ValueError as err:
+        console.print(f"[yellow]bsv is not scored: {err}[/yellow]")
+        return None
+    for k, d in fit.directions.items():
+        d.save(out / f"bsv_fold{k}.pt")
+        seg = ", ".join(f"{n} {g}" for g, n in fit.counts[k].items())
+        console.print(f"bsv for fold {k}: layer {d.layer}, fitted on the other fold's segments ({seg})")
+    selectors = {k: BSV(scfg, direction=d) for k, d in fit.directions.items()}
+    return [selectors[f] for f in fit.fold_of]
 
 
 def run_validate(cfg: ValidateConfig, console=None) -> dict:
@@ -313,7 +345,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     bsv_path = cfg.bsv_path
-    if bsv_path is None and cfg.task_bsv:
+    if bsv_path is None and cfg.task_bsv and not cfg.bsv_cross_fit:
         fitted = task_direction(session.path, session.task, session.model, session.tok)
         bsv_path = str(fitted) if fitted else None
     # completions through vLLM when installed; no probe room: the reads go through the HF model
@@ -336,11 +368,18 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     names = cfg.selectors + tuple(
         n for n, c in SELECTORS.items() if c.needs_config and n not in cfg.selectors and c.configured(scfg)
     )
-    selectors = {n: make_selector(n, scfg, session.hf) for n in names}
-    curves, skipped = _value_curves(cfg, session, gen, saved, selectors, store)
+    # with --bsv-cross-fit, bsv's direction comes from the V* curves themselves: one a fold
+    selectors = {n: make_selector(n, scfg, session.hf) for n in names if not (cfg.bsv_cross_fit and n == "bsv")}
+    values, skipped = _value_curves(cfg, session, gen, saved, store)
+    bsv = _cross_fitted_bsv(session, saved, values, scfg, out, console) if cfg.bsv_cross_fit else None
+    curves = []
+    for k, (i, cuts, v) in enumerate(values):
+        scored = selectors if bsv is None else {**selectors, "bsv": bsv[k]}
+        resp, b = saved[session.problems[i].id], cfg.chain_b(len(cuts))
+        curves.append(curve_row(session, i, resp, cuts, v, scored, store, b=b, n_mc=cfg.n_mc, seed=cfg.seed))
     (out / "curves.jsonl").write_text("".join(json.dumps(r, default=jsonable) + "\n" for r in curves))
 
-    summary = summarize(curves, list(selectors))
+    summary = summarize(curves, list(selectors) + ["bsv"] * (bsv is not None))
     label = f"embedded default ({session.task.name})" if cfg.model == "embedded" else session.path.name
     b_text = f"B={cfg.b}" if cfg.b_ratio is None else f"B={cfg.b_ratio:g}·m"
     title = report.title(summary, label, b_text, cfg.n_mc, skipped)

@@ -58,27 +58,54 @@ class BSVDirection:
         return direction
 
 
-@torch.no_grad()
+@dataclass(frozen=True)
+class BSVChain:
+    """Several cuts of one token sequence: each cut ``(t, n, regime)`` is an example whose prefix is ``ids[:t]`` and
+    whose continuation is the ``n`` tokens after it (a sampled chain cut at its boundaries: one forward serves all)."""
+
+    ids: Sequence[int]
+    cuts: Sequence[tuple[int, int, str]]
+
+
 def fit_bsv(model, examples: Sequence[BSVExample], window_after: int = 16, window_before: int = 16) -> BSVDirection:
     """Fit u_± per layer from the examples (Eq. 5) and choose L* by the antagonism criterion (Eq. 6)."""
+    for i, ex in enumerate(examples):
+        if not ex.prefix or not ex.continuation:
+            raise ValueError(f"example {i}: prefix and continuation must be non-empty")
+    chains = [
+        BSVChain([*ex.prefix, *ex.continuation], [(len(ex.prefix), len(ex.continuation), ex.regime)]) for ex in examples
+    ]
+    return fit_bsv_chains(model, chains, window_after, window_before)
+
+
+@torch.no_grad()
+def fit_bsv_chains(model, chains: Sequence[BSVChain], window_after: int = 16, window_before: int = 16) -> BSVDirection:
+    """:func:`fit_bsv` over chains cut at several places, one forward a chain: the residual stream at a position sees
+    only the tokens before it, so a cut's windows read the same from the whole chain as from its own example."""
     if window_after < 1 or window_before < 1:
         raise ValueError("window_after and window_before must be >= 1")
     layers = decoder_layers(model)
     device = next(model.parameters()).device
     deltas: dict[str, list[torch.Tensor]] = {g: [] for g in REGIMES}
-    for i, ex in enumerate(examples):
-        if ex.regime not in REGIMES:
-            raise ValueError(f"example {i}: regime must be one of {REGIMES}, got {ex.regime!r}")
-        if not ex.prefix or not ex.continuation:
-            raise ValueError(f"example {i}: prefix and continuation must be non-empty")
-        t = len(ex.prefix)
-        before = torch.arange(max(0, t - window_before), t)  # clipped to the prefix
-        after = torch.arange(t, t + min(window_after, len(ex.continuation)))  # clipped to the continuation
-        ids = torch.as_tensor(list(ex.prefix) + list(ex.continuation), dtype=torch.long, device=device)
-        with ResidualCapture(layers, torch.cat([before, after]).to(device)) as cap:
+    for i, chain in enumerate(chains):
+        windows = []
+        for t, n, regime in chain.cuts:
+            if regime not in REGIMES:
+                raise ValueError(f"chain {i}: regime must be one of {REGIMES}, got {regime!r}")
+            if not (0 < t and n > 0 and t + n <= len(chain.ids)):
+                raise ValueError(f"chain {i}: cut {t} with {n} tokens after it does not fit {len(chain.ids)} tokens")
+            windows.append((regime, range(max(0, t - window_before), t), range(t, t + min(window_after, n))))
+        if not windows:
+            continue
+        positions = sorted({p for _, before, after in windows for p in (*before, *after)})
+        where = {p: k for k, p in enumerate(positions)}
+        ids = torch.as_tensor(list(chain.ids[: positions[-1] + 1]), dtype=torch.long, device=device)
+        with ResidualCapture(layers, torch.as_tensor(positions, device=device)) as cap:
             model(ids[None])
-        h = cap.stacked().float()  # (layers, |before| + |after|, d)
-        deltas[ex.regime].append(h[:, len(before) :].mean(1) - h[:, : len(before)].mean(1))  # (layers, d)
+        h = cap.stacked().float()  # (layers, positions, d)
+        for regime, before, after in windows:
+            rows = [where[p] for p in after], [where[p] for p in before]
+            deltas[regime].append(h[:, rows[0]].mean(1) - h[:, rows[1]].mean(1))  # (layers, d)
     missing = [g for g in REGIMES if not deltas[g]]
     if missing:
         raise ValueError(f"no examples of regime(s) {missing}: BSV needs surge, steady and drop continuations")

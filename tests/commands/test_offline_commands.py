@@ -7,6 +7,7 @@ import pytest
 
 from bsb.cli import main
 from bsb.embedded.model import TinyConfig, train_tiny_model
+from bsb.eval.bsv_crossfit import regimes
 
 pytest.importorskip("transformers")
 
@@ -48,6 +49,17 @@ def test_validate_writes_everything_and_resumes_without_new_completions(model_di
     main(args)  # rerun: everything is reused
     assert len((out / "completions.jsonl").read_text().splitlines()) == done
     printed = capsys.readouterr().out
+    main(args + ["--bsv-cross-fit"])  # bsv fitted on these very curves, a fold on the other's: nothing sampled
+    assert len((out / "completions.jsonl").read_text().splitlines()) == done
+    crossed = capsys.readouterr().out
+    crossed_rows = [json.loads(x) for x in (out / "curves.jsonl").read_text().splitlines()]
+    fold = {p: k % 2 for k, p in enumerate(dict.fromkeys(r["prompt"] for r in crossed_rows))}
+    moves = {k: {g for r in crossed_rows if fold[r["prompt"]] != k for g in regimes(r["v_star"])} for k in (0, 1)}
+    if all(moves[k] >= {"surge", "steady", "drop"} for k in (0, 1)):
+        assert all("bsv" in r["error"] for r in crossed_rows) and (out / "bsv_fold1.pt").exists()
+        assert "bsv for fold 0: layer" in crossed and "| bsv |" in (out / "table.md").read_text()
+    else:  # too few moving chains on this tiny model: said, and bsv left out of the table
+        assert "bsv is not scored: fold" in crossed and all("bsv" not in r["error"] for r in crossed_rows)
     assert "wrote table.md, curves.jsonl, lag.json" in printed  # what it writes, as it writes it
     live = [r for r in rows if not r["flat"]]
     if live:  # the selector printed first is the one with the lowest mean E over the non-flat curves
@@ -75,6 +87,12 @@ def test_validate_rejects_token_window_selectors(capsys):
     with pytest.raises(SystemExit):
         main(["validate", "--selectors", "min_margin"])
     assert "token positions" in capsys.readouterr().err
+
+
+def test_validate_takes_one_source_of_bsvs_direction(capsys):
+    with pytest.raises(SystemExit):
+        main(["validate", "--bsv", "direction.pt", "--bsv-cross-fit"])
+    assert "pass one of them" in capsys.readouterr().err
 
 
 def test_fork_contrast_counts_agreeing_siblings_and_js_terciles():

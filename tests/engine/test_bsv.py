@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bsb.engine import selectors as S
-from bsb.engine.bsv import BSVDirection, BSVExample, bsv_scores, fit_bsv
+from bsb.engine.bsv import BSVChain, BSVDirection, BSVExample, bsv_scores, fit_bsv, fit_bsv_chains
 from bsb.engine.hf_backend import HFBackend
 
 transformers = pytest.importorskip("transformers")
@@ -50,6 +50,21 @@ def test_fit_matches_eq5_by_hand(model):
     torch.testing.assert_close(got.u_plus, mean["surge"] - mean["steady"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got.u_minus, mean["drop"] - mean["steady"], atol=1e-5, rtol=1e-5)
     assert got.layer == int(got.cos.argmin())
+
+
+def test_one_forward_a_chain_fits_what_each_cut_as_its_own_example_fits(model):
+    ids = torch.randint(0, 50, (60,), generator=torch.Generator().manual_seed(1)).tolist()
+    cuts = [(3, 9, "steady"), (12, 4, "surge"), (16, 10, "drop"), (26, 2, "steady"), (40, 20, "surge"), (50, 6, "drop")]
+    chains = [BSVChain(ids, cuts[:4]), BSVChain(ids[:58], []), BSVChain(ids, cuts[4:])]  # a chain with no cut: no example
+    got = fit_bsv_chains(model, chains, window_after=5, window_before=7)
+    want = fit_bsv(model, [BSVExample(ids[:t], ids[t : t + n], g) for t, n, g in cuts], window_after=5, window_before=7)
+    torch.testing.assert_close(got.u_plus, want.u_plus, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.u_minus, want.u_minus, atol=1e-5, rtol=1e-5)
+    assert got.layer == want.layer
+    with pytest.raises(ValueError, match="does not fit 60 tokens"):
+        fit_bsv_chains(model, [BSVChain(ids, [(55, 6, "drop")])])
+    with pytest.raises(ValueError, match="does not fit"):
+        fit_bsv_chains(model, [BSVChain(ids, [(0, 6, "drop")])])  # a cut needs a prefix
 
 
 def test_scores_are_projections_and_the_direction_round_trips(model, tmp_path):
