@@ -24,9 +24,9 @@ Outputs in ``out_dir``: ``chains.jsonl`` (the sampled chains), ``completions.jso
 completion), ``curves.jsonl`` (per problem: cuts, V*, every selector's scores, top-B and error: enough to
 re-score new selectors without re-sampling; each selector's read token-forwards too), ``table.md`` (the selectors'
 table, the fork contrast, the reads' cost against the chains' sampling and the lag diagnostic), ``lag.json`` (every
-score's lag profile); when some V* curve is not flat, ``bars.png`` (Figure 3 style), ``lag.png`` and ``case_*.png``
-(Figure 1 style). The summaries and tables are :mod:`bsb.eval.validation` and
-:mod:`bsb.eval.validation_report`; this module loads and writes.
+score's lag profile), ``contrast.png`` (the fork contrast by Probe-JS tercile); when some V* curve is not flat,
+``bars.png`` (Figure 3 style), ``lag.png`` and ``case_*.png`` (Figure 1 style). The summaries and tables are
+:mod:`bsb.eval.validation` and :mod:`bsb.eval.validation_report`; this module loads and writes.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from bsb.engine.bsv import BSVDirection, task_direction
 from bsb.engine.rollout_engine import engine_max_len, make_rollout_backend
 from bsb.engine.selectors import SELECTORS, make_selector
 from bsb.eval.contrast import fork_contrast
+from bsb.eval.figures import contrast_plot
 from bsb.eval.flip_mass import flip_mass
 from bsb.eval.session import OfflineConfig, gold_label, jsonable, judge_client, open_session
 from bsb.eval.validation import curve_row, gold_beliefs, lag_profiles, moving_most, summarize
@@ -401,7 +402,10 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     (out / "table.md").write_text(report.markdown(summary, title, contrast, lags))
     if summary.live:
         _figures(out, summary, lags, beliefs, session, label, title, cfg.case_plots)
+    if "interval_by_js_tercile" in contrast:
+        contrast_plot(out / "contrast.png", contrast, title=f"{label}: fork contrast over {contrast['pairs']} forks")
     files = "table.md, curves.jsonl, lag.json" + (", bars.png, lag.png, case_*.png" if summary.live else "")
+    files += ", contrast.png" * ("interval_by_js_tercile" in contrast)
     flat = "" if summary.live else "; no figures: every V* curve is flat"
     console.print(f"wrote {files} in {out} (beside chains.jsonl and completions.jsonl{flat})")
     return {

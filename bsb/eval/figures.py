@@ -132,6 +132,26 @@ def bar_chart(
     return _save(plt, fig, path)
 
 
+def contrast_plot(path: str | Path, contrast: dict, *, title: str = "") -> Path:
+    """The fork contrast (App. D): how often two siblings forked at a boundary reach different answers, by the
+    boundary's Probe-JS tercile, with 95% intervals; the dashed line is the rate over every boundary."""
+    plt = _plt()
+    rates, spans = contrast["disagreement_by_js_tercile"], contrast["interval_by_js_tercile"]
+    names = list(rates)
+    fig, ax = plt.subplots(figsize=(4.8, 3.6))
+    low = [rates[t] - spans[t][0] for t in names]
+    high = [spans[t][1] - rates[t] for t in names]
+    ax.bar(names, [rates[t] for t in names], yerr=[low, high], color="tab:orange", alpha=0.85, capsize=4)
+    ax.axhline(1 - contrast["sibling_agreement"], color="black", ls="--", lw=1, label="every boundary")
+    ax.set_xlabel("Probe-JS tercile of the fork's boundary")
+    ax.set_ylabel("sibling disagreement")
+    ax.set_ylim(0, min(1.0, max(spans[t][1] for t in names) * 1.2 + 0.05))
+    ax.legend(fontsize=8)
+    _title(ax, title, 9)
+    fig.tight_layout()
+    return _save(plt, fig, path)
+
+
 def lag_plot(path: str | Path, profiles: Mapping[str, dict], *, title: str = "") -> Path:
     """The lag diagnostic (:func:`bsb.eval.lag.lag_profile`): each score's correlation with the value jumps against
     the lag in boundaries, with its 95% bootstrap band; a peak right of 0 is a score that reacts late."""

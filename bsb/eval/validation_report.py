@@ -72,7 +72,11 @@ def markdown(s: Summary, title_text: str, contrast: dict, lags: dict) -> str:
             f"vs Midpoint: E − Midpoint's E paired by chain; 95% bootstrap over the {s.problems} problems "
             "(a problem's chains resampled together); below 0 is better than Midpoint.",
         ]
-    tercile = ", ".join(f"{k} {v:.3f}" for k, v in contrast.get("disagreement_by_js_tercile", {}).items())
+    spans = contrast.get("interval_by_js_tercile", {})
+    tercile = ", ".join(
+        f"{k} {v:.3f}" + (f" [{spans[k][0]:.3f}, {spans[k][1]:.3f}]" if k in spans else "")
+        for k, v in contrast.get("disagreement_by_js_tercile", {}).items()
+    )
     lines += [
         "",
         f"Fork contrast (App. D): sibling agreement {num(contrast['sibling_agreement'])} "

@@ -43,6 +43,7 @@ def test_validate_writes_everything_and_resumes_without_new_completions(model_di
     lag = json.loads((out / "lag.json").read_text())
     assert set(lag) >= {"belief", "probe_js", "entropy"} and set(lag["probe_js"]["lags"]) == {"-2", "-1", "0", "1", "2"}
     assert any(r["flat"] for r in rows) or (out / "lag.png").exists()
+    assert (out / "contrast.png").exists() == ("Probe-JS tercile: none" not in (out / "table.md").read_text())
     main(args + ["--b-ratio", "0.5", "--out", str(tmp_path / "ratio")])  # B = half of each chain's boundaries
     ratio_rows = [json.loads(x) for x in (tmp_path / "ratio" / "curves.jsonl").read_text().splitlines()]
     assert [r["b"] for r in ratio_rows] == [max(1, round(0.5 * len(r["cuts"]))) for r in ratio_rows]
@@ -95,7 +96,7 @@ def test_validate_takes_one_source_of_bsvs_direction(capsys):
     assert "pass one of them" in capsys.readouterr().err
 
 
-def test_fork_contrast_counts_agreeing_siblings_and_js_terciles():
+def test_fork_contrast_counts_agreeing_siblings_and_js_terciles(tmp_path):
     from bsb.eval.contrast import fork_contrast
 
     # six boundaries, JS 0..5: siblings agree at JS 0, 1 and 3; two empty answers ("": none) never agree
@@ -104,6 +105,11 @@ def test_fork_contrast_counts_agreeing_siblings_and_js_terciles():
     c = fork_contrast(rows)
     assert c["pairs"] == 6 and c["sibling_agreement"] == 3 / 6
     assert c["disagreement_by_js_tercile"] == {"bottom": 0.0, "middle": 0.5, "top": 1.0}  # {0,1}, {2,3}, {4,5}
+    # intervals resample the problems (here the two rows): the middle tercile's pairs are one of each row's
+    assert c["interval_by_js_tercile"] == {"bottom": [0.0, 0.0], "middle": [0.0, 1.0], "top": [1.0, 1.0]}
+    from bsb.eval.figures import contrast_plot
+
+    assert contrast_plot(tmp_path / "contrast.png", c).stat().st_size > 0
     one = [{"cuts": [0], "scores": {}, "siblings": [["a"]]}]  # one completion: no pair, no terciles
     assert fork_contrast(one)["pairs"] == 0 and "disagreement_by_js_tercile" not in fork_contrast(one)
 

