@@ -10,7 +10,8 @@ Both commands screen candidates for a pass rate in [0.2, 0.8] (8 completions eac
 kept problem, and estimate V* at every newline boundary of each with N_MC = 8 completions; B/m = 0.08 as the paper's
 10 of 128; every boundary selector, BSV cross-fitted on the curves themselves (two folds by problem). The code arm
 reads 16 tokens after the suffix (L = 16, the paper's code arms). A rerun with the same --out resumes: the screen,
-the chains and every completion are kept as they are sampled.
+the chains and every completion are kept as they are sampled. The commands name folders under runs/: run them from
+the repository's root.
 """
 
 from __future__ import annotations
@@ -37,13 +38,18 @@ DOMAINS = {
     ],
 }  # fmt: skip
 
-# The paper's remedies when belief reads do not lead (§3.2, §7): a longer or shorter read, another K, another suffix
-# wording. Each reruns the recorded run's chains and completions (copied into its own --out, nothing sampled again).
+# The paper's remedies when belief reads do not lead (§3.2, §7): a longer or shorter read, another K, Lens-Shift on
+# the upper layers alone, another suffix wording (each domain's own). Each reruns the recorded run's chains and
+# completions (copied into its own --out, nothing sampled again; the engine still starts, about a minute).
 REMEDIES = {
-    "L4": ["--read-len", "4"],
-    "L1": ["--read-len", "1"],
-    "K5": ["--top-k", "5"],
-    "suffix": ["--probe-suffix", "Therefore, the final answer is \\boxed{"],
+    "L4": {"math": ["--read-len", "4"], "code": ["--read-len", "4"]},
+    "L1": {"math": ["--read-len", "1"], "code": ["--read-len", "1"]},
+    "K5": {"math": ["--top-k", "5"], "code": ["--top-k", "5"]},
+    "upper": {d: ["--lens-layers", *map(str, range(12, 24))] for d in ("math", "code")},  # the upper 12 of 24
+    "suffix": {
+        "math": ["--probe-suffix", "Therefore, the final answer is \\boxed{"],
+        "code": ["--probe-suffix", "\nHere is the complete program:\n```python\n"],
+    },
 }
 
 
@@ -61,13 +67,15 @@ def remedy(domain: str, name: str) -> list[str]:
         sys.exit(f"no remedy {name!r}: one of {', '.join(REMEDIES)}")
     command = validate(domain)
     src, out = ROOT / command[-1], ROOT / f"{command[-1]}_{name}"
+    if not (src / "curves.jsonl").exists():
+        sys.exit(f"no recorded {domain} run in {src}: run `python examples/qwen_validation.py command {domain}` first")
     out.mkdir(parents=True, exist_ok=True)
     for f in ("screen.jsonl", "chains.jsonl", "completions.jsonl"):
-        if (src / f).exists() and not (out / f).exists():
+        if not (out / f).exists():
             shutil.copy(src / f, out / f)
     command.remove("--bsv-cross-fit")
     selectors = ["--selectors", "probe_js", "lens_shift", "entropy", "midpoint"]
-    return command[:-1] + [str(out.relative_to(ROOT))] + REMEDIES[name] + selectors
+    return command[:-1] + [str(out.relative_to(ROOT))] + REMEDIES[name][domain] + selectors
 
 
 def main(argv: list[str]) -> None:

@@ -24,9 +24,10 @@ Outputs in ``out_dir``: ``chains.jsonl`` (the sampled chains), ``completions.jso
 completion), ``curves.jsonl`` (per problem: cuts, V*, every selector's scores, top-B and error: enough to
 re-score new selectors without re-sampling; each selector's read token-forwards too), ``table.md`` (the selectors'
 table, the fork contrast, the reads' cost against the chains' sampling and the lag diagnostic), ``lag.json`` (every
-score's lag profile), ``contrast.png`` (the fork contrast by Probe-JS tercile); when some V* curve is not flat,
-``bars.png`` (Figure 3 style), ``lag.png`` and ``case_*.png`` (Figure 1 style). The summaries and tables are
-:mod:`bsb.eval.validation` and :mod:`bsb.eval.validation_report`; this module loads and writes.
+score's lag profile), ``contrast.png`` (the fork contrast by Probe-JS tercile, given three forks it scored); when
+some V* curve is not flat, ``bars.png`` (Figure 3 style), ``lag.png`` and ``case_*.png`` (Figure 1 style). The
+summaries and tables are :mod:`bsb.eval.validation` and :mod:`bsb.eval.validation_report`; this module loads and
+writes.
 """
 
 from __future__ import annotations
@@ -318,6 +319,8 @@ def _cross_fitted_bsv(session, saved: dict, values: list[tuple], scfg, out: Path
         CurveChain(session.problems[i].prompt, session.prompts[i], saved[session.problems[i].id], cuts, v)
         for i, cuts, v in values
     ]
+    for stale in out.glob("bsv_fold*.pt"):  # an earlier run's directions: never left beside this run's table
+        stale.unlink()
     try:
         fit = cross_fit(session.hf.model, chains)
     except ValueError as err:
@@ -380,7 +383,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         curves.append(curve_row(session, i, resp, cuts, v, scored, store, b=b, n_mc=cfg.n_mc, seed=cfg.seed))
     (out / "curves.jsonl").write_text("".join(json.dumps(r, default=jsonable) + "\n" for r in curves))
 
-    summary = summarize(curves, list(selectors) + ["bsv"] * (bsv is not None))
+    summary = summarize(curves, [n for n in names if n in selectors or (n == "bsv" and bsv is not None)])
     label = f"embedded default ({session.task.name})" if cfg.model == "embedded" else session.path.name
     b_text = f"B={cfg.b}" if cfg.b_ratio is None else f"B={cfg.b_ratio:g}·m"
     title = report.title(summary, label, b_text, cfg.n_mc, skipped)
@@ -402,6 +405,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     (out / "table.md").write_text(report.markdown(summary, title, contrast, lags))
     if summary.live:
         _figures(out, summary, lags, beliefs, session, label, title, cfg.case_plots)
+    (out / "contrast.png").unlink(missing_ok=True)  # an earlier run's figure is not this one's
     if "interval_by_js_tercile" in contrast:
         contrast_plot(out / "contrast.png", contrast, title=f"{label}: fork contrast over {contrast['pairs']} forks")
     files = "table.md, curves.jsonl, lag.json" + (", bars.png, lag.png, case_*.png" if summary.live else "")

@@ -139,13 +139,14 @@ def contrast_plot(path: str | Path, contrast: dict, *, title: str = "") -> Path:
     rates, spans = contrast["disagreement_by_js_tercile"], contrast["interval_by_js_tercile"]
     names = list(rates)
     fig, ax = plt.subplots(figsize=(4.8, 3.6))
-    low = [rates[t] - spans[t][0] for t in names]
-    high = [spans[t][1] - rates[t] for t in names]
+    low = [max(0.0, rates[t] - spans[t][0]) for t in names]  # a one-problem tercile: a point, not a negative bar
+    high = [max(0.0, spans[t][1] - rates[t]) for t in names]
     ax.bar(names, [rates[t] for t in names], yerr=[low, high], color="tab:orange", alpha=0.85, capsize=4)
-    ax.axhline(1 - contrast["sibling_agreement"], color="black", ls="--", lw=1, label="every boundary")
+    overall = 1 - contrast["sibling_agreement"]
+    ax.axhline(overall, color="black", ls="--", lw=1, label="every boundary")
     ax.set_xlabel("Probe-JS tercile of the fork's boundary")
     ax.set_ylabel("sibling disagreement")
-    ax.set_ylim(0, min(1.0, max(spans[t][1] for t in names) * 1.2 + 0.05))
+    ax.set_ylim(0, min(1.0, max(overall, *(spans[t][1] for t in names)) * 1.2 + 0.05))
     ax.legend(fontsize=8)
     _title(ax, title, 9)
     fig.tight_layout()

@@ -71,12 +71,13 @@ def curve_row(
         "b": b,
         "floor": floor,
         "floor_points": best,
-        "read_tokens": {},  # token-forwards each selector's reads spent here (the chain forwarded again included)
+        "read_tokens": {},  # token-forwards each selector that reads the policy spent here (the chain forwarded again)
         "read_floor": {},  # ... and the fewest they cost on an engine that holds the chain's keys and values
     }
     for name, sel in selectors.items():
         s, fb, spent = boundary_scores(sel, chain, pool, session.hf, i, seed)
-        row["read_tokens"][name], row["read_floor"][name] = spent, sel.read_floor(chain, pool) if spent else 0
+        if sel.requires:  # the policy's reads (a judge's tokens are another model's: its own stats line counts them)
+            row["read_tokens"][name], row["read_floor"][name] = spent, sel.read_floor(chain, pool) if spent else 0
         kept = top_b(s, b)
         row["scores"][name] = [None if math.isnan(x) else x for x in s]
         row["top_b"][name], row["fallback"][name] = kept, fb

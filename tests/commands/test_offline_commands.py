@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from bsb.cli import main
 from bsb.embedded.model import TinyConfig, train_tiny_model
@@ -33,7 +34,7 @@ def test_validate_writes_everything_and_resumes_without_new_completions(model_di
         assert all(r["error"][n] >= r["floor"] - 1e-9 for n in r["error"])  # no selector beats the DP floor
         # the reads' cost: Probe-JS forwards at least its C·(E + L − 1) floor; Midpoint reads nothing
         assert r["read_tokens"]["probe_js"] >= r["read_floor"]["probe_js"] > 0 or len(r["cuts"]) < 2
-        assert r["read_tokens"]["midpoint"] == r["read_floor"]["midpoint"] == 0
+        assert "midpoint" not in r["read_tokens"]  # it reads nothing
     table = (out / "table.md").read_text()
     assert "oracle floor" in table and "Fork contrast" in table and "Lag diagnostic" in table and "nan" not in table
     assert "Read cost:" in table and " probe_js " in table.split("Read cost:")[1].splitlines()[0]
@@ -84,6 +85,35 @@ def test_evaluate_runs_voting_and_branching_on_a_problem_file(model_dir, tmp_pat
     assert len(items) == 3 and all(len(i["sampled"]) == 3 for i in items)
 
 
+def test_validate_ranks_each_fold_by_the_bsv_direction_the_other_fold_fitted(model_dir, tmp_path, monkeypatch, capsys):
+    import bsb.commands.validate as validate
+
+    calls = []
+
+    def moving(*args, **kw):  # V* with a surge, a drop or a steady stretch first, by chain (no completions sampled)
+        cuts, k = args[3], len(calls)
+        start = [[0.25, 0.75, 0.75], [0.75, 0.25, 0.25], [0.25, 0.25, 0.75]][k % 3]
+        calls.append(kw["chain_id"])
+        return [start[min(j, 2)] for j in range(len(cuts))]
+
+    monkeypatch.setattr(validate, "mc_values", moving)
+    out = tmp_path / "cross"
+    main(["validate", model_dir, "--task", "arith", "--n-problems", "8", "--m", "6", "--n-mc", "2", "--b", "1",
+          "--backend", "hf", "--max-response", "64", "--selectors", "midpoint", "--bsv-cross-fit", "--out", str(out)])
+    printed = capsys.readouterr().out
+    rows = [json.loads(x) for x in (out / "curves.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == calls and len(rows) >= 6
+    assert "bsv for fold 0: layer" in printed and "bsv for fold 1: layer" in printed
+    assert (out / "bsv_fold0.pt").exists() and (out / "bsv_fold1.pt").exists()
+    assert all(set(r["error"]) == {"midpoint", "bsv"} and len(r["scores"]["bsv"]) == len(r["cuts"]) for r in rows)
+    assert "| midpoint |" in (out / "table.md").read_text() and "| bsv |" in (out / "table.md").read_text()
+    # the folds' directions differ, and each chain's scores are its own fold's projections (not the other's)
+    from bsb.engine.bsv import BSVDirection
+
+    d0, d1 = BSVDirection.load(out / "bsv_fold0.pt"), BSVDirection.load(out / "bsv_fold1.pt")
+    assert not (d0.layer == d1.layer and torch.allclose(d0.u_minus, d1.u_minus))
+
+
 def test_validate_rejects_token_window_selectors(capsys):
     with pytest.raises(SystemExit):
         main(["validate", "--selectors", "min_margin"])
@@ -110,6 +140,12 @@ def test_fork_contrast_counts_agreeing_siblings_and_js_terciles(tmp_path):
     from bsb.eval.figures import contrast_plot
 
     assert contrast_plot(tmp_path / "contrast.png", c).stat().st_size > 0
+    # one problem: each tercile's interval is a point (no negative error bar); a chain Probe-JS fell back on is no JS
+    one_problem = [{**r, "prompt": "p"} for r in rows] + [{**rows[0], "prompt": "p", "fallback": {"probe_js": True}}]
+    c1 = fork_contrast(one_problem)
+    assert c1["pairs"] == 9 and c1["disagreement_by_js_tercile"] == c["disagreement_by_js_tercile"]
+    assert all(lo == hi for lo, hi in c1["interval_by_js_tercile"].values())
+    assert contrast_plot(tmp_path / "one.png", c1).stat().st_size > 0
     one = [{"cuts": [0], "scores": {}, "siblings": [["a"]]}]  # one completion: no pair, no terciles
     assert fork_contrast(one)["pairs"] == 0 and "disagreement_by_js_tercile" not in fork_contrast(one)
 
