@@ -41,6 +41,7 @@ from bsb.commands.flags import command_parser, from_args
 from bsb.engine.backend import BACKEND_NAMES
 from bsb.engine.boundaries import candidate_pool
 from bsb.engine.bsv import BSVDirection, task_direction
+from bsb.engine.device import check_dtype_name, resolve_dtype
 from bsb.engine.rollout_engine import engine_max_len, make_rollout_backend
 from bsb.engine.selectors import SELECTORS, make_selector
 from bsb.eval.contrast import fork_contrast
@@ -118,6 +119,11 @@ class ValidateConfig(OfflineConfig):
         path="folder",
     )
     backend: str = _f("auto", "completions through vLLM (auto: when installed) or the HF model", choices=BACKEND_NAMES)
+    engine_dtype: str | None = _f(
+        None,
+        "the vLLM engine's dtype (screening, chains and V* completions; default --dtype); the reads stay in --dtype. "
+        "bfloat16 halves the sampling on a CPU with AVX512-BF16",
+    )
     case_plots: int = _f(3, "Figure-1 style case plots of the chains whose V* moves most", size_limit=MAX_COUNT)
     batch_size: int = _f(64, "completions per generation call", size_limit=MAX_COUNT)
     progress: bool = _f(True, "progress bars", cli=False)
@@ -129,6 +135,10 @@ class ValidateConfig(OfflineConfig):
             raise ValueError(f"--pass-band takes LO HI with 0 <= LO <= HI <= 1, got {list(self.pass_band)}")
         if self.b is None:
             self.b = 3 if self.model == "embedded" else 10
+        if self.engine_dtype is not None:
+            check_dtype_name(self.engine_dtype)
+            if self.backend == "hf":
+                raise ValueError("--engine-dtype sets the vLLM engine's dtype; the HF backend samples with --dtype")
         if self.bsv_path is not None and self.bsv_cross_fit:
             raise ValueError("--bsv and --bsv-cross-fit each give bsv its direction: pass one of them")
         if self.bsv_path is not None:
@@ -309,9 +319,9 @@ def _value_curves(cfg: ValidateConfig, session, gen, saved: dict, store) -> tupl
     return values, len(session.problems) - len(todo)
 
 
-def _cross_fitted_bsv(session, saved: dict, values: list[tuple], scfg, out: Path, console) -> list | None:
+def _cross_fitted_bsv(session, saved: dict, values: list[tuple], scfg, out: Path, console) -> list | str:
     """Each chain's bsv selector, its direction fitted on the other fold's V* curves (saved as ``bsv_fold*.pt``);
-    None, said on the console, when a fold has too few moving chains to fit on."""
+    why not, said on the console too, when a fold has too few moving chains to fit on."""
     from bsb.engine.selectors import BSV
     from bsb.eval.bsv_crossfit import CurveChain, cross_fit
 
@@ -325,7 +335,7 @@ def _cross_fitted_bsv(session, saved: dict, values: list[tuple], scfg, out: Path
         fit = cross_fit(session.hf.model, chains)
     except ValueError as err:
         console.print(f"[yellow]bsv is not scored: {err}[/yellow]")
-        return None
+        return f"bsv (--bsv-cross-fit) is not scored: {err}"
     for k, d in fit.directions.items():
         d.save(out / f"bsv_fold{k}.pt")
         seg = ", ".join(f"{n} {g}" for g, n in fit.counts[k].items())
@@ -354,9 +364,12 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         bsv_path = str(fitted) if fitted else None
     # completions through vLLM when installed; no probe room: the reads go through the HF model
     max_len = engine_max_len(PROMPT_ROOM, cfg.max_response, 0, 0)
+    dtype = resolve_dtype(cfg.engine_dtype, session.hf.device) if cfg.engine_dtype else session.model.dtype
     gen = make_rollout_backend(
-        cfg.backend, session.path, session.hf, max_len, cfg.seed, dtype=session.model.dtype, log_file=out / "vllm.log"
+        cfg.backend, session.path, session.hf, max_len, cfg.seed, dtype=dtype, log_file=out / "vllm.log"
     )
+    if gen is session.hf and dtype != session.model.dtype:
+        raise ValueError(f"--engine-dtype {cfg.engine_dtype} needs the vLLM engine; the HF backend samples here")
     if cfg.pass_band:
         _screen(cfg, gen, session, out, console)  # problems at the model's level only
     if cfg.chains_per_problem > 1:
@@ -376,6 +389,8 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     selectors = {n: make_selector(n, scfg, session.hf) for n in names if not (cfg.bsv_cross_fit and n == "bsv")}
     values, skipped = _value_curves(cfg, session, gen, saved, store)
     bsv = _cross_fitted_bsv(session, saved, values, scfg, out, console) if cfg.bsv_cross_fit else None
+    notes = [bsv] if isinstance(bsv, str) else []
+    bsv = None if isinstance(bsv, str) else bsv
     curves = []
     for k, (i, cuts, v) in enumerate(values):
         scored = selectors if bsv is None else {**selectors, "bsv": bsv[k]}
@@ -402,7 +417,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     lags = lag_profiles(summary.live, beliefs, summary.names, cfg.seed)
     console.print("\n".join(report.lag_rows(lags)))
     (out / "lag.json").write_text(json.dumps(lags, indent=1, default=jsonable) + "\n")
-    (out / "table.md").write_text(report.markdown(summary, title, contrast, lags))
+    (out / "table.md").write_text(report.markdown(summary, title, contrast, lags, notes))
     if summary.live:
         _figures(out, summary, lags, beliefs, session, label, title, cfg.case_plots)
     (out / "contrast.png").unlink(missing_ok=True)  # an earlier run's figure is not this one's

@@ -5,6 +5,7 @@ warnings about B, the fork contrast's line, the reads' cost and the lag diagnost
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from bsb.eval import table
 from bsb.eval.validation import Summary
@@ -58,8 +59,9 @@ def rich_table(s: Summary, title_text: str):
     return table.rich_table(COLUMNS, rows, title=title_text)
 
 
-def markdown(s: Summary, title_text: str, contrast: dict, lags: dict) -> str:
-    """The whole ``table.md``: the selectors' table with the DP floor, the fork contrast and the lag diagnostic."""
+def markdown(s: Summary, title_text: str, contrast: dict, lags: dict, notes: Sequence[str] = ()) -> str:
+    """The whole ``table.md``: the selectors' table with the DP floor, the fork contrast, the lag diagnostic and the
+    run's ``notes`` (a selector asked for and not scored, and why)."""
     rows = []
     for n, r, cells in selector_rows(s):
         mark = MARKS[r] if r is not None else ""
@@ -84,6 +86,7 @@ def markdown(s: Summary, title_text: str, contrast: dict, lags: dict) -> str:
         "",
         *([read_cost_line(s), ""] if read_cost_line(s) else []),
         *lag_rows(lags),
+        *(line for note in notes for line in ("", note)),
     ]
     return "\n".join(lines) + "\n"
 

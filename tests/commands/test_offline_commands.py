@@ -62,6 +62,7 @@ def test_validate_writes_everything_and_resumes_without_new_completions(model_di
         assert "bsv for fold 0: layer" in crossed and "| bsv |" in (out / "table.md").read_text()
     else:  # too few moving chains on this tiny model: said, and bsv left out of the table
         assert "bsv is not scored: fold" in crossed and all("bsv" not in r["error"] for r in crossed_rows)
+        assert "bsv (--bsv-cross-fit) is not scored: fold" in (out / "table.md").read_text()  # the table says why
     assert "wrote table.md, curves.jsonl, lag.json" in printed  # what it writes, as it writes it
     live = [r for r in rows if not r["flat"]]
     if live:  # the selector printed first is the one with the lowest mean E over the non-flat curves
@@ -124,6 +125,41 @@ def test_validate_takes_one_source_of_bsvs_direction(capsys):
     with pytest.raises(SystemExit):
         main(["validate", "--bsv", "direction.pt", "--bsv-cross-fit"])
     assert "pass one of them" in capsys.readouterr().err
+
+
+def test_validate_engine_dtype_is_checked_and_needs_the_vllm_engine(capsys):
+    for args, said in ((["--engine-dtype", "bf17"], "bf17"), (["--backend", "hf", "--engine-dtype", "bfloat16"],
+                                                              "the HF backend samples with --dtype")):
+        with pytest.raises(SystemExit):
+            main(["validate", *args])
+        assert said in capsys.readouterr().err
+
+
+def test_validate_samples_with_the_engine_dtype_and_reads_with_the_models(model_dir, tmp_path, monkeypatch):
+    """--engine-dtype reaches the rollout engine (a stand-in that records what it was asked for and samples with the
+    HF model); the reads' model keeps --dtype. Where no engine serves (the HF backend chosen), it is an error."""
+    import bsb.commands.validate as validate
+
+    asked = []
+
+    def engine(kind, path, hf, max_len, seed, dtype, log_file):
+        asked.append((kind, dtype, hf.model.dtype))
+        return hf if kind == "hf" else _Sampler(hf)
+
+    class _Sampler:  # not the HF backend object itself: run_validate sees an engine
+        def __init__(self, hf):
+            self.generate = hf.generate
+
+    monkeypatch.setattr(validate, "make_rollout_backend", engine)
+    base = ["validate", model_dir, "--task", "arith", "--n-problems", "2", "--m", "4", "--n-mc", "2", "--b", "1",
+            "--max-response", "32", "--selectors", "midpoint"]
+    main([*base, "--backend", "vllm", "--engine-dtype", "bfloat16", "--out", str(tmp_path / "bf16")])
+    assert asked == [("vllm", torch.bfloat16, torch.float32)]
+    assert (tmp_path / "bf16" / "table.md").exists()
+    monkeypatch.setattr(validate, "make_rollout_backend", lambda kind, path, hf, *a, **kw: hf)  # vLLM not installed
+    with pytest.raises(ValueError, match="needs the vLLM engine"):
+        validate.run_validate(validate.ValidateConfig(model=model_dir, task="arith", n_problems=1, backend="auto",
+                                                      engine_dtype="bfloat16", out_dir=str(tmp_path / "auto")))
 
 
 def test_fork_contrast_counts_agreeing_siblings_and_js_terciles(tmp_path):
