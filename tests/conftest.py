@@ -78,11 +78,16 @@ def pytest_report_header(config):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if (item.get_closest_marker("vllm") or item.module.__name__.rpartition(".")[2] in SERIAL_MODULES
-                or SERIAL_FIXTURES & set(getattr(item, "fixturenames", ()))):
+        params = set(getattr(getattr(item, "callspec", None), "params", ()))  # a parameter is not the fixture
+        in_module = item.module.__name__.rpartition(".")[2] in SERIAL_MODULES
+        if (item.get_closest_marker("vllm") or (in_module and not item.get_closest_marker("beside_a_worker"))
+                or SERIAL_FIXTURES & (set(getattr(item, "fixturenames", ())) - params)):
             item.add_marker(pytest.mark.serial)
-    # The in-process vLLM CPU engine binds the process's threads when it starts: run its tests last.
-    items.sort(key=lambda item: item.get_closest_marker("vllm") is not None)
+    # The in-process vLLM CPU engine binds the process's threads when it starts: run its tests last. The real-model
+    # tests that share the machine take a minute or two on a worker's one core: they start first, so that no worker
+    # begins one when the other has nothing left to take.
+    items.sort(key=lambda item: (item.get_closest_marker("vllm") is not None,
+                                 item.get_closest_marker("beside_a_worker") is None))
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -21,23 +21,14 @@ from bsb.train.tree_pack import tree_attention_on, tree_logprobs
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
 
-_loaded = {}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _unload():
-    yield
-    _loaded.clear()  # the conftest then hands the memory back (a later test's subprocess needs it)
-
-
-def loaded(name):
-    """(model, tokenizer) in fp32, one at a time (Gemma's 262k-token head is the memory of this tier)."""
-    if name not in _loaded:
-        _loaded.clear()
-        path = real_model(name)
-        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        _loaded[name] = (model, transformers.AutoTokenizer.from_pretrained(path))
-    return _loaded[name]
+@pytest.fixture(scope="module", params=REAL)
+def real(request):
+    """``(name, model, tokenizer)``, the model in fp32: one checkpoint in memory at a time (Gemma's 262k-token head is
+    the memory of this tier), and each loaded once for all its tests (pytest orders the module's tests by it)."""
+    path = real_model(request.param)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    yield request.param, model, transformers.AutoTokenizer.from_pretrained(path)
+    del model  # the conftest then hands the memory back (a later test's subprocess needs it)
 
 
 CHAIN = "Let me add the numbers one at a time.\n" + "".join(f"Step {i}: {i} plus {i + 1} is {2 * i + 1}.\n"
@@ -58,8 +49,8 @@ def _chain(tok, length):
 LENS_TOL = {"smollm2-135m": 1e-4, "gemma3-270m": 1e-4, "qwen2.5-coder-0.5b": 1e-4}
 
 
-def _lens_error(name):
-    model, tok = loaded(name)
+def _lens_error(real):
+    name, model, tok = real
     family = F.family_of(model)
     assert family is not None and F.plan(model).lens
     prefix = _chain(tok, 80)
@@ -86,15 +77,13 @@ def _lens_error(name):
     return worst
 
 
-@pytest.mark.parametrize("name", REAL)
-def test_the_lens_is_the_real_models_own_final_norm_and_head(name):
-    assert _lens_error(name) <= LENS_TOL[name]
+def test_the_lens_is_the_real_models_own_final_norm_and_head(real):
+    assert _lens_error(real) <= LENS_TOL[real[0]]
 
 
-@pytest.mark.parametrize("name", REAL)
-def test_the_real_models_reads_equal_the_per_cut_reforward(name):
+def test_the_real_models_reads_equal_the_per_cut_reforward(real):
     """Cuts beyond Gemma's 512-token sliding window included; the kept-KV reads too where the family keeps them."""
-    model, tok = loaded(name)
+    name, model, tok = real
     window = getattr(model.config, "sliding_window", None)
     length = 600 if window else 200
     prefix = _chain(tok, length)
@@ -161,9 +150,8 @@ def _update_grads(model, rows, cfg, old):
 TREE_LOGPROB_ATOL, TREE_LOGPROB_RTOL, TREE_GRAD_REL = 1e-4, 1e-5, 1e-4
 
 
-@pytest.mark.parametrize("name", REAL)
-def test_the_tree_packed_update_equals_the_per_path_update_on_the_real_model(name):
-    model, tok = loaded(name)
+def test_the_tree_packed_update_equals_the_per_path_update_on_the_real_model(real):
+    name, model, tok = real
     model.train()
     try:
         cfg = dict(advantage="treerl", loss="composite", loss_agg="token-mean", clip_ratio_c=3.0, micro_batch=8)

@@ -34,7 +34,9 @@ def _check_step(name: str, selector: str, step: dict) -> None:
 # The selector matrix on the two small checkpoints; Qwen2.5-Coder-0.5B (4.7x SmolLM2's parameters) trains its step
 # with vLLM rollouts in test_real_vllm.py, and its update against the per-path one in test_real_checkpoints.py: the
 # matrix on it would add minutes to the tier's time budget (docs/DEVELOPMENT.md) and no check the others lack.
-MATRIX = [n for n in REAL if n != "qwen2.5-coder-0.5b"]
+# SmolLM2's run (about 3 GB with AdamW's state) fits beside a second xdist worker; Gemma's update (10-15 GB) does not.
+MATRIX = [pytest.param(n, marks=pytest.mark.beside_a_worker) if n == "smollm2-135m" else n
+          for n in REAL if n != "qwen2.5-coder-0.5b"]
 # Gemma-3-270M runs the selectors whose reads depend on its family (Probe-JS's packed reads under its sliding-window
 # masks, Entropy's token statistics over its 262k vocabulary). At 64 tokens its chains hold no committed answer, so
 # its Lens-Shift step is Midpoint's fallback (measured: fallbacks 4 of 4), and a Midpoint step reads nothing: those two
@@ -70,6 +72,7 @@ def test_every_selector_trains_a_step_on_the_real_checkpoint(name, tmp_path, run
     trainer.close()
 
 
+@pytest.mark.beside_a_worker  # SmolLM2 with the HF backend, no update
 def test_validate_and_demo_on_a_real_checkpoint_and_a_problem_file(tmp_path):
     name = "smollm2-135m"
     problems = problem_file(tmp_path)
@@ -102,6 +105,7 @@ def _with_chat_template(model: str, folder) -> str:
     return str(out)
 
 
+@pytest.mark.beside_a_worker  # Gemma-3-270M's tokenizer and one inference load (about 1 GB)
 @pytest.mark.parametrize("fmt", ["plain", "chat"])
 def test_a_base_models_prompt_has_one_bos_and_the_ids_of_train_in_every_offline_command(fmt, tmp_path, run_dir,
                                                                                       monkeypatch):
