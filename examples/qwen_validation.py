@@ -71,8 +71,8 @@ def remedy(domain: str, name: str) -> list[str]:
     if not (src / "curves.jsonl").exists():
         sys.exit(f"no recorded {domain} run in {src}: run `python examples/qwen_validation.py command {domain}` first")
     out.mkdir(parents=True, exist_ok=True)
-    for f in ("screen.jsonl", "chains.jsonl", "completions.jsonl"):
-        if not (out / f).exists():
+    for f in ("screen.jsonl", "chains.jsonl", "completions.jsonl", "sampling.json"):  # what it was sampled with too
+        if not (out / f).exists() and (f != "sampling.json" or (src / f).exists()):
             shutil.copy(src / f, out / f)
     command.remove("--bsv-cross-fit")
     selectors = ["--selectors", "probe_js", "lens_shift", "entropy", "midpoint"]

@@ -123,8 +123,8 @@ def remedy(spec: Spec, name: str) -> list[str]:
     command = spec.validate()
     src, out = ROOT / command[-1], ROOT / f"{command[-1]}_{name}"
     out.mkdir(parents=True, exist_ok=True)
-    for f in ("chains.jsonl", "completions.jsonl"):
-        if not (out / f).exists():
+    for f in ("chains.jsonl", "completions.jsonl", "sampling.json"):  # sampling.json: a run recorded since 2026-12-07
+        if not (out / f).exists() and (f != "sampling.json" or (src / f).exists()):
             shutil.copy(src / f, out / f)
     selectors = ["--selectors", "probe_js", "lens_shift", "entropy", "midpoint"]
     return command[:-1] + [str(out.relative_to(ROOT))] + REMEDIES[name] + selectors

@@ -52,6 +52,7 @@ from bsb.eval.validation import curve_row, gold_beliefs, lag_profiles, moving_mo
 from bsb.eval.value_curve import CompletionStore, mc_values
 from bsb.fields import MAX_COUNT
 from bsb.fields import help_field as _f
+from bsb.run_storage import write_whole
 
 PROMPT_ROOM = 1024  # prompt tokens the completion engine leaves room for (the tasks' prompts are far shorter)
 HELP = "pre-RL validation: selectors' top-B boundaries against Monte-Carlo V* curves"
@@ -241,6 +242,43 @@ def _screen(cfg: ValidateConfig, gen, session, out: Path, console) -> None:
     session.prompts = [session.prompts[i] for i in chosen]
 
 
+def _check_sampling(cfg: ValidateConfig, session, engine: str, dtype, out: Path) -> None:
+    """The settings that shape what a run samples, kept in ``sampling.json`` by its first call: a rerun on the same
+    ``out`` with other settings is an error naming them (its screen, chains and completions would mix two samplers).
+    A folder without the record (an older run's) takes the current settings."""
+    now = {
+        "model": cfg.model,
+        "task": session.task.name,
+        "task_options": cfg.task_options,
+        "prompt_format": cfg.prompt_format,
+        "prompt_template": cfg.prompt_template,
+        "system_prompt": cfg.system_prompt,
+        "chat_template_kwargs": cfg.chat_template_kwargs,
+        "temperature": cfg.temperature,
+        "max_response": cfg.max_response,
+        "seed": cfg.seed,
+        "engine": engine,
+        "engine_dtype": str(dtype).removeprefix("torch."),
+    }
+    now = json.loads(json.dumps(now, default=jsonable))
+    path = out / "sampling.json"
+    if not path.exists():
+        write_whole(path, json.dumps(now, indent=1) + "\n")
+        return
+    try:
+        was = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a sampling record ({err})") from None
+    if not isinstance(was, dict):
+        raise ValueError(f"{path}: not a sampling record (a JSON object)")
+    changed = [f"{k} {was[k]!r} then, {v!r} now" for k, v in now.items() if k in was and was[k] != v]
+    if changed:
+        raise ValueError(
+            f"{out} was sampled with other settings ({'; '.join(changed)}): a rerun there would mix two samplers' "
+            "chains and completions; use another --out"
+        )
+
+
 def _sample_chains(cfg: ValidateConfig, gen, session, out: Path) -> dict[str, list[int]]:
     """One chain per problem, by problem id: read from ``chains.jsonl`` when a run already sampled it, else sampled and
     appended there (a rerun resumes). Problem ``i`` is sampled with seed ``seed + i`` whichever run samples it, so
@@ -370,6 +408,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     )
     if gen is session.hf and dtype != session.model.dtype:
         raise ValueError(f"--engine-dtype {cfg.engine_dtype} needs the vLLM engine; the HF backend samples here")
+    _check_sampling(cfg, session, "hf" if gen is session.hf else "vllm", dtype, out)
     if cfg.pass_band:
         _screen(cfg, gen, session, out, console)  # problems at the model's level only
     if cfg.chains_per_problem > 1:

@@ -162,6 +162,29 @@ def test_validate_samples_with_the_engine_dtype_and_reads_with_the_models(model_
                                                       engine_dtype="bfloat16", out_dir=str(tmp_path / "auto")))
 
 
+def test_validate_refuses_to_resume_with_other_sampling_settings(model_dir, tmp_path, capsys):
+    out = tmp_path / "val"
+    args = ["validate", model_dir, "--task", "arith", "--n-problems", "2", "--m", "4", "--n-mc", "2", "--b", "1",
+            "--backend", "hf", "--max-response", "32", "--selectors", "midpoint", "--out", str(out)]
+    main(args)
+    record = json.loads((out / "sampling.json").read_text())
+    assert record["temperature"] == 0.7 and record["engine"] == "hf" and record["engine_dtype"] == "float32"
+    done = (out / "completions.jsonl").read_text()
+    main([*args, "--b", "2"])  # not a sampling setting: resumes
+    for change, said in ((["--temperature", "0.9"], "temperature 0.7 then, 0.9 now"),
+                         (["--max-response", "48"], "max_response 32 then, 48 now"),
+                         (["--seed", "1"], "seed 0 then, 1 now")):
+        with pytest.raises(SystemExit):
+            main([*args, *change])
+        err = capsys.readouterr().err
+        assert said in err and "use another --out" in err
+    assert (out / "completions.jsonl").read_text() == done  # nothing was added by the refused reruns
+    (out / "sampling.json").write_text("[1, 2]")
+    with pytest.raises(SystemExit):
+        main(args)
+    assert "not a sampling record" in capsys.readouterr().err
+
+
 def test_fork_contrast_counts_agreeing_siblings_and_js_terciles(tmp_path):
     from bsb.eval.contrast import fork_contrast
 

@@ -1,0 +1,54 @@
+"""The example scripts that hold the real-model validations' commands (``examples/qwen_validation.py``,
+``examples/real_model.py``): a remedy reruns the recorded run's chains and completions in its own folder, seeded with
+what the recorded run sampled and the settings it sampled them with, and refuses without a recorded run."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bsb_example_{name}", ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_qwen_remedy_copies_the_recorded_samples_and_their_settings(tmp_path, monkeypatch):
+    qwen = _load("qwen_validation")
+    monkeypatch.setattr(qwen, "ROOT", tmp_path)
+    with pytest.raises(SystemExit, match="no recorded math run"):
+        qwen.remedy("math", "L4")
+    src = tmp_path / "runs" / "qwen" / "math"
+    src.mkdir(parents=True)
+    files = ("screen.jsonl", "chains.jsonl", "completions.jsonl", "curves.jsonl", "sampling.json")
+    for f in files:
+        (src / f).write_text(json.dumps({"file": f}) + "\n")
+    command = qwen.remedy("math", "L4")
+    out = tmp_path / command[command.index("--out") + 1]
+    assert out.name == "math_L4" and command[-7:-5] == ["--read-len", "4"] and "--bsv-cross-fit" not in command
+    assert "--engine-dtype" in command and command[command.index("--engine-dtype") + 1] == "bfloat16"
+    for f in ("screen.jsonl", "chains.jsonl", "completions.jsonl", "sampling.json"):
+        assert (out / f).read_text() == (src / f).read_text(), f
+    assert not (out / "curves.jsonl").exists()  # the remedy's own reads write it
+    with pytest.raises(SystemExit, match="no remedy"):
+        qwen.remedy("math", "L7")
+
+
+def test_a_small_model_remedy_copies_sampling_json_only_where_the_run_kept_one(tmp_path, monkeypatch):
+    real = _load("real_model")
+    monkeypatch.setattr(real, "ROOT", tmp_path)
+    spec = real.SPECS["smollm2"]
+    src = tmp_path / spec.validate()[-1]
+    src.mkdir(parents=True)
+    for f in ("chains.jsonl", "completions.jsonl"):  # a run recorded before sampling.json existed
+        (src / f).write_text("{}\n")
+    command = real.remedy(spec, "L4")
+    out = tmp_path / command[command.index("--out") + 1]
+    assert (out / "chains.jsonl").exists() and not (out / "sampling.json").exists()
