@@ -10,9 +10,9 @@ Both commands screen candidates for a pass rate in [0.2, 0.8] (8 completions eac
 kept problem, and estimate V* at every newline boundary of each with N_MC = 8 completions; B/m = 0.08 as the paper's
 10 of 128; every boundary selector, BSV cross-fitted on the curves themselves (two folds by problem). The code arm
 reads 16 tokens after the suffix (L = 16, the paper's code arms). The engine samples in bf16 (as the RL study's runs
-and a GPU do; half the time of fp32 on this CPU), the policy reads in fp32. A rerun with the same --out resumes: the screen,
-the chains and every completion are kept as they are sampled. The commands name folders under runs/: run them from
-the repository's root.
+and a GPU do; half the time of fp32 on this CPU), the policy reads in fp32. A rerun with the same --out resumes: the
+screen, the chains and every completion are kept as they are sampled (a rerun with other sampling settings is refused).
+The commands name folders under runs/: run them from the repository's root.
 """
 
 from __future__ import annotations
