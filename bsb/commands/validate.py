@@ -357,9 +357,9 @@ def _value_curves(cfg: ValidateConfig, session, gen, saved: dict, store) -> tupl
     return values, len(session.problems) - len(todo)
 
 
-def _cross_fitted_bsv(session, saved: dict, values: list[tuple], scfg, out: Path, console) -> list | str:
-    """Each chain's bsv selector, its direction fitted on the other fold's V* curves (saved as ``bsv_fold*.pt``);
-    why not, said on the console too, when a fold has too few moving chains to fit on."""
+def _cross_fitted_bsv(session, saved: dict, values: list[tuple], scfg, out: Path, console) -> tuple[list | None, list]:
+    """Each chain's bsv selector, its direction fitted on the other fold's V* curves (saved as ``bsv_fold*.pt``), and
+    the table's notes: None and why, said on the console too, when a fold has too few moving chains to fit on."""
     from bsb.engine.selectors import BSV
     from bsb.eval.bsv_crossfit import CurveChain, cross_fit
 
@@ -373,13 +373,13 @@ def _cross_fitted_bsv(session, saved: dict, values: list[tuple], scfg, out: Path
         fit = cross_fit(session.hf.model, chains)
     except ValueError as err:
         console.print(f"[yellow]bsv is not scored: {err}[/yellow]")
-        return f"bsv (--bsv-cross-fit) is not scored: {err}"
+        return None, [f"bsv (--bsv-cross-fit) is not scored: {err}"]
     for k, d in fit.directions.items():
         d.save(out / f"bsv_fold{k}.pt")
         seg = ", ".join(f"{n} {g}" for g, n in fit.counts[k].items())
         console.print(f"bsv for fold {k}: layer {d.layer}, fitted on the other fold's segments ({seg})")
     selectors = {k: BSV(scfg, direction=d) for k, d in fit.directions.items()}
-    return [selectors[f] for f in fit.fold_of]
+    return [selectors[f] for f in fit.fold_of], []
 
 
 def run_validate(cfg: ValidateConfig, console=None) -> dict:
@@ -427,9 +427,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     # with --bsv-cross-fit, bsv's direction comes from the V* curves themselves: one a fold
     selectors = {n: make_selector(n, scfg, session.hf) for n in names if not (cfg.bsv_cross_fit and n == "bsv")}
     values, skipped = _value_curves(cfg, session, gen, saved, store)
-    bsv = _cross_fitted_bsv(session, saved, values, scfg, out, console) if cfg.bsv_cross_fit else None
-    notes = [bsv] if isinstance(bsv, str) else []
-    bsv = None if isinstance(bsv, str) else bsv
+    bsv, notes = _cross_fitted_bsv(session, saved, values, scfg, out, console) if cfg.bsv_cross_fit else (None, [])
     curves = []
     for k, (i, cuts, v) in enumerate(values):
         scored = selectors if bsv is None else {**selectors, "bsv": bsv[k]}
