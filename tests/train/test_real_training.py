@@ -34,7 +34,8 @@ def _check_step(name: str, selector: str, step: dict) -> None:
 # The selector matrix on the two small checkpoints; Qwen2.5-Coder-0.5B (4.7x SmolLM2's parameters) trains its step
 # with vLLM rollouts in test_real_vllm.py, and its update against the per-path one in test_real_checkpoints.py: the
 # matrix on it would add minutes to the tier's time budget (docs/DEVELOPMENT.md) and no check the others lack.
-# SmolLM2's run (about 3 GB with AdamW's state) fits beside a second xdist worker; Gemma's update (10-15 GB) does not.
+# SmolLM2's run (135M parameters) runs beside a second xdist worker (64 s there, make test 2026-12-07); Gemma's
+# update (10-15 GB) does not fit beside one.
 MATRIX = [pytest.param(n, marks=pytest.mark.beside_a_worker) if n == "smollm2-135m" else n
           for n in REAL if n != "qwen2.5-coder-0.5b"]
 # Gemma-3-270M runs the selectors whose reads depend on its family (Probe-JS's packed reads under its sliding-window
