@@ -13,6 +13,12 @@ reads 16 tokens after the suffix (L = 16, the paper's code arms). The engine sam
 and a GPU do; half the time of fp32 on this CPU), the policy reads in fp32. A rerun with the same --out resumes: the
 screen, the chains and every completion are kept as they are sampled (a rerun with other sampling settings is refused).
 The commands name folders under runs/: run them from the repository's root.
+
+    python examples/qwen_validation.py record code          # copy the run into examples/results/qwen/code
+
+The record is what is committed: the sampling settings, the screen, the chains and every completion (so a run that
+spans machines goes on from it: ``command`` seeds a missing runs/ folder from the record), and once the run has
+finished its curves, table and figures (the remedies then rerun from it with nothing sampled again).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SAMPLED = ("sampling.json", "screen.jsonl", "chains.jsonl", "completions.jsonl")  # all that a resume needs
+FINISHED = ("curves.jsonl", "table.md", "lag.json")  # and the figures (*.png): written when the run finishes
 MODEL = "pypi:qwen2.5-coder-0.5b"
 COMMON = ["--prompt-format", "chat", "--pass-band", "0.2", "0.8", "--screen-samples", "8", "--n-mc", "8",
           "--b-ratio", "0.08", "--max-response", "512", "--temperature", "0.7", "--backend", "vllm",
@@ -61,15 +69,59 @@ def validate(domain: str) -> list[str]:
     return ["bsb", "validate", MODEL, *first, *rest, *COMMON, "--out", f"runs/qwen/{domain}"]
 
 
+def run_dir(domain: str) -> Path:
+    return ROOT / validate(domain)[-1]
+
+
+def record_dir(domain: str) -> Path:
+    return ROOT / "examples" / "results" / "qwen" / domain  # the committed record
+
+
+def _copy_whole_lines(src: Path, dst: Path) -> int:
+    """Copy ``src`` to ``dst`` up to its last newline (a run appending to it may be mid-line); the lines copied."""
+    data = src.read_bytes()
+    data = data[: data.rfind(b"\n") + 1] if src.suffix == ".jsonl" else data
+    dst.write_bytes(data)
+    return data.count(b"\n")
+
+
+def record(domain: str) -> str:
+    """Copy the run's sampled files (whole lines only) and, once it has finished, its results into the record."""
+    src, dst = run_dir(domain), record_dir(domain)
+    if not (src / "sampling.json").exists():
+        sys.exit(f"no {domain} run in {src} to record")
+    dst.mkdir(parents=True, exist_ok=True)
+    counts = {f: _copy_whole_lines(src / f, dst / f) for f in SAMPLED if (src / f).exists()}
+    finished = (src / "curves.jsonl").exists()
+    for f in [*FINISHED, *(p.name for p in src.glob("*.png"))] if finished else []:
+        if (src / f).exists():
+            shutil.copy(src / f, dst / f)
+    lines = ", ".join(f"{f} {n}" for f, n in counts.items() if f.endswith(".jsonl"))
+    state = "finished" if finished else "in progress"
+    return f"recorded {src.relative_to(ROOT)} in {dst.relative_to(ROOT)} ({lines}; {state})"
+
+
+def seed(domain: str) -> str | None:
+    """Seed a missing run folder from the record, so that the command goes on where the recorded run stopped."""
+    src, dst = record_dir(domain), run_dir(domain)
+    if (dst / "sampling.json").exists() or not (src / "sampling.json").exists():
+        return None
+    dst.mkdir(parents=True, exist_ok=True)
+    n = {f: _copy_whole_lines(src / f, dst / f) for f in SAMPLED if (src / f).exists()}
+    return f"seeded {dst.relative_to(ROOT)} from {src.relative_to(ROOT)} ({n.get('completions.jsonl', 0)} completions)"
+
+
 def remedy(domain: str, name: str) -> list[str]:
     """The validate command of remedy ``name``, its out dir seeded with the recorded run's screen, chains and
     completions; the belief selectors and the two references only."""
     if name not in REMEDIES:
         sys.exit(f"no remedy {name!r}: one of {', '.join(REMEDIES)}")
     command = validate(domain)
-    src, out = ROOT / command[-1], ROOT / f"{command[-1]}_{name}"
+    src, out = run_dir(domain), ROOT / f"{command[-1]}_{name}"
     if not (src / "curves.jsonl").exists():
-        sys.exit(f"no recorded {domain} run in {src}: run `python examples/qwen_validation.py command {domain}` first")
+        src = record_dir(domain)  # the committed record of a finished run
+    if not (src / "curves.jsonl").exists():
+        sys.exit(f"no finished {domain} run in {run_dir(domain)} or {src}: run its `command` first")
     out.mkdir(parents=True, exist_ok=True)
     for f in ("screen.jsonl", "chains.jsonl", "completions.jsonl", "sampling.json"):  # what it was sampled with too
         if not (out / f).exists() and (f != "sampling.json" or (src / f).exists()):
@@ -80,9 +132,17 @@ def remedy(domain: str, name: str) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    usage = "usage: python examples/qwen_validation.py command DOMAIN | remedy NAME DOMAIN  (DOMAIN: math | code)"
+    usage = (
+        "usage: python examples/qwen_validation.py command DOMAIN | record DOMAIN | remedy NAME DOMAIN"
+        "  (DOMAIN: math | code)"
+    )
     if argv[:1] == ["command"] and len(argv) == 2 and argv[1] in DOMAINS:
+        seeded = seed(argv[1])
+        if seeded:
+            print(seeded, file=sys.stderr)
         print(shlex.join(validate(argv[1])))
+    elif argv[:1] == ["record"] and len(argv) == 2 and argv[1] in DOMAINS:
+        print(record(argv[1]))
     elif argv[:1] == ["remedy"] and len(argv) == 3 and argv[2] in DOMAINS:
         print(shlex.join(remedy(argv[2], argv[1])))
     else:

@@ -23,7 +23,7 @@ def _load(name: str):
 def test_a_qwen_remedy_copies_the_recorded_samples_and_their_settings(tmp_path, monkeypatch):
     qwen = _load("qwen_validation")
     monkeypatch.setattr(qwen, "ROOT", tmp_path)
-    with pytest.raises(SystemExit, match="no recorded math run"):
+    with pytest.raises(SystemExit, match="no finished math run"):
         qwen.remedy("math", "L4")
     src = tmp_path / "runs" / "qwen" / "math"
     src.mkdir(parents=True)
@@ -39,6 +39,48 @@ def test_a_qwen_remedy_copies_the_recorded_samples_and_their_settings(tmp_path, 
     assert not (out / "curves.jsonl").exists()  # the remedy's own reads write it
     with pytest.raises(SystemExit, match="no remedy"):
         qwen.remedy("math", "L7")
+
+
+def test_a_qwen_record_keeps_whole_lines_and_seeds_a_missing_run(tmp_path, monkeypatch, capsys):
+    """A run spans machines through its committed record: ``record`` copies what was sampled so far (a line being
+    appended is left out), ``command`` seeds a missing run folder from it and leaves an existing one alone, and the
+    results join the record once the run has finished."""
+    qwen = _load("qwen_validation")
+    monkeypatch.setattr(qwen, "ROOT", tmp_path)
+    with pytest.raises(SystemExit, match="no code run"):
+        qwen.record("code")
+    run = tmp_path / "runs" / "qwen" / "code"
+    run.mkdir(parents=True)
+    (run / "sampling.json").write_text('{"seed": 0}')
+    (run / "screen.jsonl").write_text('{"id": "HumanEval/0"}\n')
+    (run / "chains.jsonl").write_text('{"id": "a"}\n')
+    (run / "completions.jsonl").write_text('{"draw": 0}\n{"draw": 1}\n{"dr')  # the run is writing its third
+    (run / "bars.png").write_bytes(b"an earlier figure")
+    assert "completions.jsonl 2; in progress" in qwen.record("code")
+    kept = tmp_path / "examples" / "results" / "qwen" / "code"
+    assert (kept / "completions.jsonl").read_text() == '{"draw": 0}\n{"draw": 1}\n'
+    assert (kept / "sampling.json").read_text() == '{"seed": 0}' and not (kept / "bars.png").exists()
+    qwen.main(["command", "code"])  # the run folder exists: nothing seeded
+    assert "seeded" not in capsys.readouterr().err
+    for f in run.iterdir():
+        f.unlink()
+    run.rmdir()
+    qwen.main(["command", "code"])  # a fresh machine: the command goes on from the record
+    out = capsys.readouterr()
+    assert "seeded runs/qwen/code" in out.err and "(2 completions)" in out.err
+    assert out.out.startswith("bsb validate ") and out.out.rstrip().endswith("--out runs/qwen/code")
+    assert (run / "completions.jsonl").read_text() == (kept / "completions.jsonl").read_text()
+    assert (run / "chains.jsonl").exists() and not (run / "bars.png").exists()
+    (run / "curves.jsonl").write_text('{"id": "a"}\n')
+    (run / "table.md").write_text("| selector |")
+    (run / "bars.png").write_bytes(b"png")
+    assert "; finished" in qwen.record("code")
+    assert (kept / "curves.jsonl").exists() and (kept / "table.md").exists() and (kept / "bars.png").exists()
+    for f in run.iterdir():  # a remedy reruns from the finished record when the run folder is gone
+        f.unlink()
+    command = qwen.remedy("code", "K5")
+    out_dir = tmp_path / command[command.index("--out") + 1]
+    assert (out_dir / "completions.jsonl").read_text() == (kept / "completions.jsonl").read_text()
 
 
 def test_a_small_model_remedy_copies_sampling_json_only_where_the_run_kept_one(tmp_path, monkeypatch):
