@@ -48,7 +48,7 @@ os.environ.setdefault("BSB_VLLM_EAGER", "1")
 # Tests that cannot share the machine with a second worker: a real checkpoint in memory (Gemma-3-270M's update takes
 # 10-15 GB), torchrun's ranks, the vLLM engine (it binds the process's threads when it starts; one a process).
 SERIAL_MODULES = {"test_real_checkpoints", "test_real_training", "test_real_vllm", "test_real_validation",
-                  "test_distributed"}
+                  "test_qwen_validation", "test_distributed"}
 SERIAL_FIXTURES = {"engine", "openai_server"}
 
 
