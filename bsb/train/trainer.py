@@ -178,7 +178,7 @@ class Trainer:
         self._bind_selector()
 
     def _make_backend(self, path: Path):
-        from bsb.engine.rollout_engine import engine_max_len, make_rollout_backend, model_positions
+        from bsb.engine.rollout_engine import engine_max_len, make_rollout_backend, model_positions, wave_kv_cache_gib
 
         cfg = self.cfg
         limit = model_positions(self.policy.config)
@@ -188,18 +188,29 @@ class Trainer:
                 f"{limit} positions"
             )
         probe = self.selector.config  # room for a probe after a chain: the elicitation suffix and its read
+        max_len = engine_max_len(cfg.max_prompt_len, cfg.max_response_len, len(probe.suffix), probe.read_len)
+        kv = cfg.vllm_kv_cache_gib
+        if cfg.vllm_batch_tokens is not None:
+            try:
+                wave = wave_kv_cache_gib(
+                    self.hf.model.config, cfg.vllm_batch_tokens, max_len, cfg.max_response_len, self.dtype
+                )
+            except ValueError as err:
+                raise ValueError(f"vllm_batch_tokens: {err}") from None
+            kv = max(kv, wave)
         return make_rollout_backend(
             cfg.backend,
             path,
             self.hf,
-            engine_max_len(cfg.max_prompt_len, cfg.max_response_len, len(probe.suffix), probe.read_len),
+            max_len,
             cfg.seed,
-            cfg.vllm_kv_cache_gib,
+            kv,
             self.dtype,
             cfg.vllm_gpu_memory_utilization,
             cfg.vllm_sleep,
             log_file=self.out / "vllm.log",  # not under the progress bar (VLLM_LOGGING_LEVEL brings it back)
             cpu_process=cfg.vllm_cpu_process,
+            max_num_batched_tokens=cfg.vllm_batch_tokens,
         )
 
     def _encode(self, problem: Problem) -> list[int]:

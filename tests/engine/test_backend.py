@@ -89,3 +89,17 @@ def test_engine_max_len_leaves_room_for_a_probe_after_a_whole_response():
     assert engine_max_len(100, 50, 20, 16) == 186  # a code probe: L = 16 read tokens after the suffix
     with pytest.raises(ValueError, match=">= 0"):
         engine_max_len(100, -1, 5, 1)
+
+
+def test_a_wave_kv_cache_holds_the_steps_prompts_and_256_responses():
+    """Qwen2.5-0.5B's shape in bf16: 24 layers x 2 KV heads x 64 x 2 (keys, values) x 2 bytes = 12,288 B a token;
+    a 65,536-token step and 256 responses of 512 tokens need 196,608 tokens, 2.25 GiB: 3. A step shorter than the
+    engine's length could not take its longest prompt."""
+    from bsb.engine.rollout_engine import wave_kv_cache_gib
+
+    qwen = transformers.Qwen2Config(num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, hidden_size=896)
+    assert wave_kv_cache_gib(qwen, 65536, 1536, 512, torch.bfloat16) == 3
+    assert wave_kv_cache_gib(qwen, 65536, 1536, 512, torch.float32) == 5  # 4.5 GiB
+    assert wave_kv_cache_gib(qwen, 2048, 1536, 16, torch.bfloat16) == 1  # at least one
+    with pytest.raises(ValueError, match="step of 1024 tokens is shorter than its model length 1536"):
+        wave_kv_cache_gib(qwen, 1024, 1536, 512, torch.bfloat16)

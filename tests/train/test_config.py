@@ -27,7 +27,7 @@ def test_the_name_sets_are_read_from_the_fields():
     assert set(RESUME_SAFE) == {"steps", "progress", "val_every", "save_every", "resume_changes", "out_dir", "keep_last",
                                 "keep_best", "report_to", "wandb_project", "gradient_checkpointing", "fsdp_cpu_offload",
                                 "dist_timeout_s", "update_packing", "sync_check_every",
-                                "micro_batch_tokens", "vllm_cpu_process"}
+                                "micro_batch_tokens", "vllm_cpu_process", "vllm_batch_tokens"}
     assert set(RUN_ONLY) == {"out_dir", "save_every", "progress"} and set(RUN_ONLY) <= set(RESUME_SAFE)
     assert set(EVAL_FIELDS) == {"val_problems", "val_temperature", "val_top_p", "val_samples", "max_response_len",
                                 "prompt_format", "prompt_template", "system_prompt", "chat_template_kwargs"}

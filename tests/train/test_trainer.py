@@ -797,3 +797,29 @@ def test_a_nemotron_budget_its_mamba_fallback_cannot_hold_is_refused_at_start(tm
                                          r"causal-conv1d"):
         D.check_colocation(tmp_path, torch.device("cuda"), 0.5, update=[(1, 26_048, True)])
     D.check_colocation(tmp_path, torch.device("cuda"), 0.5, update=[(1, 8_192, True)])  # a budget that fits
+
+
+def test_vllm_batch_tokens_reach_the_engine_with_a_kv_cache_that_holds_a_wave(model_dir, tmp_path, monkeypatch):
+    """vllm_batch_tokens is the engine's step; its KV cache is the larger of vllm_kv_cache_gib and what a full wave
+    needs (bsb.engine.rollout_engine.wave_kv_cache_gib); a step shorter than the engine's length is an error."""
+    from bsb.engine import rollout_engine
+
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    def engine(kind, path, hf, max_len, seed, kv, *args, max_num_batched_tokens=None, **kw):
+        asked.append((max_len, kv, max_num_batched_tokens))
+        raise Stop
+
+    monkeypatch.setattr(rollout_engine, "make_rollout_backend", engine)
+    monkeypatch.setattr(rollout_engine, "wave_kv_cache_gib", lambda config, step, max_len, response, dtype: step // 1000)
+    for batch_tokens, kv_gib, want in ((None, 1, 1), (4096, 1, 4), (4096, 9, 9)):
+        with pytest.raises(Stop):
+            Trainer(config(model_dir, tmp_path / f"{batch_tokens}-{kv_gib}", backend="vllm",
+                           vllm_batch_tokens=batch_tokens, vllm_kv_cache_gib=kv_gib))
+        assert asked[-1][1:] == (want, batch_tokens)
+    monkeypatch.setattr(rollout_engine, "wave_kv_cache_gib", lambda *a: (_ for _ in ()).throw(ValueError("too short")))
+    with pytest.raises(ValueError, match="vllm_batch_tokens: too short"):
+        Trainer(config(model_dir, tmp_path / "short", backend="vllm", vllm_batch_tokens=100))
