@@ -167,7 +167,6 @@ def test_validate_engine_batch_tokens_reach_the_engine_with_a_kv_cache_that_hold
     """--engine-batch-tokens is the engine's step budget (a stand-in records it) and sizes its KV cache for a full
     wave: the budget's prompts and 256 responses at --max-response, so no seeded sequence is preempted. Shorter than
     the model length, with the HF backend, or where no engine serves: an error."""
-
     import bsb.commands.validate as validate
 
     asked = []
