@@ -313,6 +313,8 @@ class TrainConfig(RunOptions, ProbeConfig, PromptConfig, TreeOptions, CreditOpti
             yield "unit_question_grad sets its own optimizer steps: keep minibatches=1"
         if self.clamped_prefix and self.advantage != "prefix_credit":
             yield "clamped_prefix modifies prefix_credit: set advantage=prefix_credit"
+        if self.vllm_batch_tokens is not None and self.backend == "hf":
+            yield "vllm_batch_tokens sets the vLLM engine's step; backend=hf has none"
         names = {f.name for f in dataclasses.fields(self)}
         unknown = [n for n in self.resume_changes if not isinstance(n, str) or n not in names]
         if unknown:

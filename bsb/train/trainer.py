@@ -198,7 +198,7 @@ class Trainer:
             except ValueError as err:
                 raise ValueError(f"vllm_batch_tokens: {err}") from None
             kv = max(kv, wave)
-        return make_rollout_backend(
+        backend = make_rollout_backend(
             cfg.backend,
             path,
             self.hf,
@@ -212,6 +212,9 @@ class Trainer:
             cpu_process=cfg.vllm_cpu_process,
             max_num_batched_tokens=cfg.vllm_batch_tokens,
         )
+        if backend is self.hf and cfg.vllm_batch_tokens is not None:
+            log.warning("vllm_batch_tokens=%d unused: backend=auto rolls out with the HF model", cfg.vllm_batch_tokens)
+        return backend
 
     def _encode(self, problem: Problem) -> list[int]:
         ids = self.cfg.encode(self.task, problem, self.tok)

@@ -3,6 +3,7 @@ homogeneous steps, exact resume, config errors."""
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
 
@@ -799,9 +800,11 @@ def test_a_nemotron_budget_its_mamba_fallback_cannot_hold_is_refused_at_start(tm
     D.check_colocation(tmp_path, torch.device("cuda"), 0.5, update=[(1, 8_192, True)])  # a budget that fits
 
 
-def test_vllm_batch_tokens_reach_the_engine_with_a_kv_cache_that_holds_a_wave(model_dir, tmp_path, monkeypatch):
+def test_vllm_batch_tokens_reach_the_engine_with_a_kv_cache_that_holds_a_wave(model_dir, tmp_path, monkeypatch,
+                                                                               caplog):
     """vllm_batch_tokens is the engine's step; its KV cache is the larger of vllm_kv_cache_gib and what a full wave
-    needs (bsb.engine.rollout_engine.wave_kv_cache_gib); a step shorter than the engine's length is an error."""
+    needs (bsb.engine.rollout_engine.wave_kv_cache_gib); a step shorter than the engine's length, or backend=hf, is an
+    error; backend=auto falling back to the HF model says it is unused."""
     from bsb.engine import rollout_engine
 
     asked = []
@@ -823,3 +826,10 @@ def test_vllm_batch_tokens_reach_the_engine_with_a_kv_cache_that_holds_a_wave(mo
     monkeypatch.setattr(rollout_engine, "wave_kv_cache_gib", lambda *a: (_ for _ in ()).throw(ValueError("too short")))
     with pytest.raises(ValueError, match="vllm_batch_tokens: too short"):
         Trainer(config(model_dir, tmp_path / "short", backend="vllm", vllm_batch_tokens=100))
+    with pytest.raises(ValueError, match="vllm_batch_tokens sets the vLLM engine's step; backend=hf has none"):
+        config(model_dir, tmp_path / "hf", vllm_batch_tokens=65536)
+    monkeypatch.setattr(rollout_engine, "wave_kv_cache_gib", lambda *a: 1)
+    monkeypatch.setattr(rollout_engine, "make_rollout_backend", lambda kind, path, hf, *a, **kw: hf)  # auto: no vLLM
+    with caplog.at_level(logging.WARNING, logger="bsb.train.trainer"):
+        Trainer(config(model_dir, tmp_path / "auto", backend="auto", vllm_batch_tokens=65536))
+    assert "vllm_batch_tokens=65536 unused: backend=auto rolls out with the HF model" in caplog.text
