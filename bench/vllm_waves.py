@@ -21,6 +21,7 @@ import argparse
 import json
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def main(argv=None) -> int:
     lines = Path(args.chains).read_text().splitlines()
     chains = [json.loads(lines[k]) for k in args.pick]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    log = RESULTS / "vllm_waves.log"
+    log = Path(tempfile.gettempdir()) / "bsb-vllm-waves.log"  # vLLM's own lines
     start = time.time()
     engine = VLLMBackend(
         path,

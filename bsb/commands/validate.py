@@ -129,7 +129,7 @@ class ValidateConfig(OfflineConfig):
         None,
         "prompt tokens the vLLM CPU engine takes in one scheduler step (default: the larger of 8,192 and the model "
         "length); a generation call goes in waves whose prompts fit one step, so more fit a wave; the KV cache is "
-        "sized so that no sequence is preempted. Measured with 65,536 on Qwen2.5-Coder-0.5B's code chains: 1.23-1.36x "
+        "sized so that no sequence is preempted. Measured with 65,536 on Qwen2.5-Coder-0.5B's code chains: 1.13-1.36x "
         "the V* completions a second, for about 100 s more at engine start",
         ge=1,
         size_limit=MAX_COUNT,
