@@ -249,7 +249,8 @@ def _value_curves(cfg: DemoConfig, session, chains, cuts: list[list[int]]) -> li
                 cfg.max_response,
                 session.eos,
                 temperature=cfg.temperature,
-                seed=cfg.seed + i,
+                seed=cfg.seed,
+                chain_id=str(i),
                 progress=bar.update,
             )
         )

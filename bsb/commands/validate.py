@@ -280,6 +280,7 @@ def _check_sampling(cfg: ValidateConfig, session, engine: str, dtype, out: Path)
         "temperature": cfg.temperature,
         "max_response": cfg.max_response,
         "seed": cfg.seed,
+        "seeding": "per-draw",  # V* completions: draw_seed; absent in a run sampled before 2026-12-07 (seed + 7 i)
         "engine": engine,
         "engine_dtype": str(dtype).removeprefix("torch."),
     }
@@ -369,7 +370,7 @@ def _value_curves(cfg: ValidateConfig, session, gen, saved: dict, store) -> tupl
             cfg.max_response,
             session.eos,
             temperature=cfg.temperature,
-            seed=cfg.seed + 7 * i,
+            seed=cfg.seed,  # each completion's own seed: draw_seed(seed, chain id, cut, draw)
             batch_size=cfg.batch_size,
             store=store,
             chain_id=p.id,

@@ -3,15 +3,26 @@ estimated by ``n_mc`` independent completions of each prefix, scored by the veri
 
 Completions go through the backend's batched ``generate`` (a vLLM engine reuses the shared prefix's cached KV
 blocks). With a :class:`CompletionStore` every finished completion is appended to a JSONL file as soon as its
-batch returns, so an interrupted estimate resumes without repeating finished completions; the resumed ones are
-fresh independent draws, which leaves the estimate unbiased.
+batch returns, so an interrupted estimate resumes without repeating finished completions. Each completion samples
+from its own seed (:func:`draw_seed`, a hash of the run's seed and the completion's key), so a resumed or re-batched
+estimate draws exactly what an uninterrupted one would, and two completions of a run share a seed with odds ~n^2/2^64.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+
+def draw_seed(seed: int, chain_id: str, cut: int, draw: int) -> int:
+    """The seed of completion ``(chain_id, cut, draw)`` of a run seeded ``seed``: 63 bits of a hash of the four, so that
+    it depends on nothing else (the batch, what was resumed) and two completions share one with odds ~n^2 / 2^64. An
+    offset per chain (``seed + 7 i`` plus the request's place in its call, bsb before 2026-12-07) gave neighbouring
+    chains' completions the same seeds, and a resumed chain other seeds than an uninterrupted one."""
+    key = f"{int(seed)}\0{chain_id}\0{int(cut)}\0{int(draw)}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
 
 class CompletionStore:
@@ -90,6 +101,8 @@ def mc_values(
 
     ``grade(full_response_ids) -> (correct, answer)`` scores a completed response (the prefix plus the
     completion) and gives its normalised final answer ("" when none);
+    ``seed``: the run's; completion ``(chain_id, cut, draw)`` samples from :func:`draw_seed` of it, so ``chain_id``
+    must tell the run's chains apart;
     ``progress``: an optional callable taking the number of completions just finished (e.g. a tqdm ``update``).
     """
     if n_mc < 1:
@@ -108,7 +121,7 @@ def mc_values(
             max_new_tokens=[max_response - c for c, _ in part],  # each completion to its own budget
             temperature=temperature,
             top_p=top_p,
-            seed=seed + 7919 * start,
+            seed=[draw_seed(seed, chain_id, c, j) for c, j in part],
             eos_token_id=eos_id,
         )
         rows = []

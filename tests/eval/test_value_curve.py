@@ -6,7 +6,7 @@ import json
 import pytest
 from tiny_models import tiny_config
 
-from bsb.eval.value_curve import CompletionStore, mc_values
+from bsb.eval.value_curve import CompletionStore, draw_seed, mc_values
 
 
 class Scripted:
@@ -57,6 +57,47 @@ def test_resume_after_interruption_repeats_nothing(tmp_path):
     assert v == [1.0, 0.0, 1.0, 0.0, 1.0]
     keys = [(r["chain"], r["cut"], r["draw"]) for r in map(json.loads, path.read_text().splitlines())]
     assert len(keys) == len(set(keys)) == 20
+
+
+class SeedRecorder:
+    """A backend that records each request's seed by (prefix length, request): the cut and draw it belongs to."""
+
+    def __init__(self):
+        self.seeds = []
+
+    def generate(self, prompts, max_new_tokens, temperature=1.0, top_p=1.0, seed=0, eos_token_id=None):
+        assert isinstance(seed, list) and len(seed) == len(prompts)  # one seed a completion, never an offset
+        self.seeds += seed
+        return [[len(p) % 2, 9] for p in prompts]
+
+
+def test_each_completion_samples_from_its_own_seed_whatever_the_batching_or_a_resume(tmp_path):
+    """A completion's seed is a function of (run seed, chain, cut, draw) alone: the same seeds in one batch, in
+    batches of 3, and across an interruption and its resume; distinct across chains, cuts, draws and run seeds (the
+    old per-chain offset gave neighbouring chains' completions the same seeds)."""
+    cuts, response = [1, 2, 3, 4, 5], list(range(10, 30))
+
+    def seeds_of(chain, seed=0, **kw):
+        b = SeedRecorder()
+        mc_values(b, [5], response, cuts, 4, grade, 40, 9, seed=seed, chain_id=chain, **kw)
+        return b.seeds
+
+    one = seeds_of("c", batch_size=64)
+    assert one == [draw_seed(0, "c", c, j) for c in cuts for j in range(4)]
+    assert seeds_of("c", batch_size=3) == one
+    path = tmp_path / "completions.jsonl"
+
+    def boom(n):
+        raise KeyboardInterrupt
+
+    first = SeedRecorder()
+    with pytest.raises(KeyboardInterrupt):
+        mc_values(first, [5], response, cuts, 4, grade, 40, 9, batch_size=7, store=CompletionStore(path), chain_id="c",
+                  progress=boom)
+    rest = seeds_of("c", batch_size=5, store=CompletionStore(path))
+    assert first.seeds + rest == one
+    every = one + seeds_of("d") + seeds_of("c", seed=1) + seeds_of("c#c1")
+    assert len(set(every)) == len(every) and all(0 <= s < 2**63 for s in every)
 
 
 def test_a_corrupt_store_is_an_error(tmp_path):
