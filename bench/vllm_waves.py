@@ -45,6 +45,7 @@ def main(argv=None) -> int:
 
     from bsb.embedded.model import resolve_model
     from bsb.engine.boundaries import candidate_pool, newline_token_mask
+    from bsb.engine.rollout_engine import wave_kv_cache_gib
     from bsb.engine.vllm_backend import VLLMBackend
     from bsb.eval.value_curve import CompletionStore, mc_values
 
@@ -62,7 +63,11 @@ def main(argv=None) -> int:
         dtype="bfloat16",
         max_model_len=1024 + args.max_response,
         max_num_batched_tokens=args.step,
-        kv_cache_gib=4,
+        # the cache bsb validate --engine-batch-tokens sizes: a full wave's prompts and 256 responses at the cap
+        kv_cache_gib=wave_kv_cache_gib(
+            transformers.AutoConfig.from_pretrained(path), args.step, 1024 + args.max_response, args.max_response,
+            torch.bfloat16,
+        ),
         log_file=log,
         in_process=True,
     )
