@@ -90,6 +90,38 @@ def pytest_collection_modifyitems(config, items):
                                  item.get_closest_marker("beside_a_worker") is None))
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process, its reaped children and its live descendants (an engine's core process)."""
+    import resource
+
+    import psutil
+
+    used = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
+    for child in psutil.Process().children(recursive=True):
+        try:
+            t = child.cpu_times()
+            used += t.user + t.system
+        except psutil.Error:  # gone meanwhile
+            pass
+    return used
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With BSB_TEST_CPU_LOG=FILE, each test's wall and CPU seconds (setup, call, teardown) are appended to FILE: a
+    test whose CPU is well under twice its wall leaves a core idle in the serial tier (docs/DEVELOPMENT.md)."""
+    log = os.environ.get("BSB_TEST_CPU_LOG")
+    if not log:
+        yield
+        return
+    wall, cpu = time.perf_counter(), _cpu_seconds()
+    yield
+    wall, cpu = time.perf_counter() - wall, _cpu_seconds() - cpu
+    with open(log, "a") as f:
+        f.write(f"{item.nodeid}\t{wall:.1f}\t{cpu:.1f}\n")
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _memory_back_after_a_real_model_module(request):
     """After a module that loads real checkpoints or trains them, what it freed goes back to the system (``gc`` and
