@@ -119,26 +119,33 @@ def assert_same_run(a: Path, b: Path, weights_tol=1e-5):
     return diff
 
 
-def test_world_size_2_trains_what_world_size_1_trains_with_every_selector_and_sampler(tmp_path):
-    run_cases(CASES, tmp_path / "w1", launch=False)  # two processes of one thread each
-    run_cases(CASES, tmp_path / "w2", launch=True)
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory) -> Path:
+    """Every case trained by two one-thread processes (w1) and by one torchrun launch of two ranks (w2), all four
+    processes at once; w2 also trains Probe-JS's case with gradient checkpointing (``probe_js_ckpt``)."""
+    out = tmp_path_factory.mktemp("matrix")
+    ckpt = {"probe_js_ckpt": {**CASES["probe_js"], "gradient_checkpointing": True}}
+    run_together(*case_commands(CASES, out / "w1", launch=False), *case_commands({**CASES, **ckpt}, out / "w2", launch=True))
+    return out
+
+
+def test_world_size_2_trains_what_world_size_1_trains_with_every_selector_and_sampler(matrix):
     for name in CASES:
-        assert_same_run(tmp_path / "w1" / name, tmp_path / "w2" / name)
+        assert_same_run(matrix / "w1" / name, matrix / "w2" / name)
     # sharded: a rank holds half the parameter and AdamW bytes of the one process
-    one = json.loads((tmp_path / "w1" / "probe_js" / "rank0.json").read_text())
+    one = json.loads((matrix / "w1" / "probe_js" / "rank0.json").read_text())
     for r in (0, 1):
-        mine = json.loads((tmp_path / "w2" / "probe_js" / f"rank{r}.json").read_text())
+        mine = json.loads((matrix / "w2" / "probe_js" / f"rank{r}.json").read_text())
         assert mine["param_bytes"] == pytest.approx(one["param_bytes"] / 2, rel=0.05)
         assert mine["optimizer_bytes"] == pytest.approx(one["optimizer_bytes"] / 2, rel=0.05)
     # each rank generated only its own share (3 held-out problems: 2 and 1)
-    served = [json.loads((tmp_path / "w2" / "probe_js" / f"rank{r}.json").read_text())["requests"] for r in (0, 1)]
+    served = [json.loads((matrix / "w2" / "probe_js" / f"rank{r}.json").read_text())["requests"] for r in (0, 1)]
     assert served[0][0] == 2 and served[1][0] == 1
 
 
-def test_gradient_checkpointing_changes_no_number(tmp_path):
-    run_together(*case_commands({"probe_js": {}}, tmp_path / "plain", launch=False),
-                 *case_commands({"probe_js": {}}, tmp_path / "ckpt", launch=True, extra={"gradient_checkpointing": True}))
-    assert_same_run(tmp_path / "plain" / "probe_js", tmp_path / "ckpt" / "probe_js")
+def test_gradient_checkpointing_changes_no_number(matrix):
+    """Probe-JS's case sharded with gradient checkpointing trains what one process trains without it."""
+    assert_same_run(matrix / "w1" / "probe_js", matrix / "w2" / "probe_js_ckpt")
 
 
 def test_uneven_work_across_ranks_issues_matching_collectives(tmp_path):
@@ -271,9 +278,9 @@ def test_a_one_process_checkpoint_resumes_sharded(tmp_path):
     cfg = tmp_path / "run.yaml"
     cfg.write_text(yaml.safe_dump({**BASE, "steps": 2, "save_every": 1, "val_every": 1}))
     ref, out = tmp_path / "ref", tmp_path / "run"
-    for cmd in (_train_cmd(cfg, ref, False), _train_cmd(cfg, out, False, steps=1), _train_cmd(cfg, out, True)):
-        done = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, failure(done)
+    run_together(_train_cmd(cfg, ref, False), _train_cmd(cfg, out, False, steps=1), timeout=600)  # one thread each
+    done = subprocess.run(_train_cmd(cfg, out, True), env=env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, failure(done)
     assert_same_run(ref, out)
 
 
@@ -316,6 +323,7 @@ def test_vllm_cpu_engine_per_rank_with_lens_shift_reads_through_the_sharded_poli
 # ------------------------------------------------------------------ launches the run cannot use: one clear error
 
 
+@pytest.mark.beside_a_worker  # ranks that stop before any process group or model: imports, on one core
 def test_a_world_size_that_does_not_divide_the_prompts_is_one_error_on_every_rank(tmp_path):
     cfg = tmp_path / "run.yaml"
     cfg.write_text(yaml.safe_dump({**BASE, "prompts_per_step": 3, "gen_prompts": 5}))
@@ -327,15 +335,21 @@ def test_a_world_size_that_does_not_divide_the_prompts_is_one_error_on_every_ran
     assert message in done.stderr, done.stderr[-3000:]
     assert 'bsb/' not in "".join(line for line in done.stderr.splitlines() if line.strip().startswith("File "))
     assert not (tmp_path / "out" / "checkpoint").exists()
-    # ... and each rank, run alone with torchrun's environment, says it before any process group or model
-    for rank in (0, 1):
-        one = {**env(), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)}
-        alone = subprocess.run(_train_cmd(cfg, tmp_path / "out", False), env=one, capture_output=True, text=True,
-                               timeout=120)
-        assert alone.returncode == 2 and alone.stderr.count(message) == 1, alone.stderr[-2000:]
-        assert "Traceback" not in alone.stderr
+    # ... and each rank, run alone with torchrun's environment (both at once), says it before any process group or model
+    alone = [subprocess.Popen(_train_cmd(cfg, tmp_path / "out", False), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**env(), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)})
+             for rank in (0, 1)]
+    try:
+        said = [p.communicate(timeout=120)[1] for p in alone]
+    finally:
+        for p in alone:
+            p.kill()
+    for p, err in zip(alone, said):
+        assert p.returncode == 2 and err.count(message) == 1, err[-2000:]
+        assert "Traceback" not in err
 
 
+@pytest.mark.beside_a_worker  # in this process, tiny or no model
 def test_more_cuda_ranks_than_visible_gpus_is_an_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
@@ -343,6 +357,7 @@ def test_more_cuda_ranks_than_visible_gpus_is_an_error(monkeypatch):
         check_launch(TrainConfig(**{**BASE, "device": "cpu"}), 2, torch.device("cuda"))
 
 
+@pytest.mark.beside_a_worker  # in this process, tiny or no model
 def test_a_fixed_cuda_device_under_torchrun_is_an_error(monkeypatch):
     for k, v in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")):
         monkeypatch.setenv(k, v)
@@ -350,6 +365,7 @@ def test_a_fixed_cuda_device_under_torchrun_is_an_error(monkeypatch):
         init_world(TrainConfig(**{**BASE, "device": "cuda:1"}), torch.device("cpu"))
 
 
+@pytest.mark.beside_a_worker  # in this process, tiny or no model
 def test_world_shares_and_failures():
     assert [World(r, 2).share(4) for r in (0, 1)] == [(0, 2), (2, 4)]
     assert [World(r, 2).split(3) for r in (0, 1)] == [(0, 2), (2, 3)]
@@ -360,6 +376,7 @@ def test_world_shares_and_failures():
     assert not collective_failure(ValueError("Connection closed by peer"))
 
 
+@pytest.mark.beside_a_worker  # in this process, tiny or no model
 def test_cpu_offload_without_a_gpu_or_without_torchrun_is_an_error(monkeypatch):
     cfg = TrainConfig(**{**BASE, "fsdp_cpu_offload": True})
     with pytest.raises(ValueError, match="launch with torchrun"):
@@ -368,6 +385,7 @@ def test_cpu_offload_without_a_gpu_or_without_torchrun_is_an_error(monkeypatch):
         check_launch(cfg, 2, torch.device("cpu"))
 
 
+@pytest.mark.beside_a_worker  # in this process, tiny or no model
 def test_the_update_puts_its_log_probs_where_the_forward_runs_not_where_offloaded_shards_live(monkeypatch):
     """With fsdp_cpu_offload the parameters are host tensors while FSDP2 runs the forward on the mesh's device: the
     update's result buffer takes bsb.engine.device.compute_device's answer (its fake-mesh test:
@@ -384,6 +402,7 @@ def test_the_update_puts_its_log_probs_where_the_forward_runs_not_where_offloade
     assert asked == [model] and logp.shape == mask.shape == (2, 3)
 
 
+@pytest.mark.beside_a_worker  # in this process, tiny or no model
 def test_the_engine_sync_gathers_each_weight_on_the_compute_device(monkeypatch):
     """An offloaded shard is a host tensor: it moves to the compute device before its gather (NCCL there, not gloo
     over the host), as TRL syncs an offloaded FSDP2 policy. The compute device is faked ("meta"), the gather spied."""

@@ -47,7 +47,7 @@ if __name__ == "__main__":
     for cfg in json.loads(sys.argv[1]):  # the longest read first: its engine has room for every later probe
         tr = Trainer(TrainConfig(**cfg), rollout_backend=engine)
         engine = engine or tr.backend
-        row = tr.run()[-1]
+        row = tr.train_step()  # one step, nothing validated or saved: the reads are what is checked
         out[cfg["read_len"]] = {"row": row, "suffix": len(tr.selector.config.suffix),
                                 "reader": type(tr.selector.reader).__name__, "engine": id(tr.backend)}
     print(json.dumps(out))

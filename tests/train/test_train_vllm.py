@@ -39,7 +39,7 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("train-vllm")
     model = train_tiny_model(TinyConfig(steps=30, batch=8, hidden=64, layers=1, max_operand=3, ops=(1, 2)), tmp / "m", progress=False)
     cfgs = [dict(model=str(model), backend="vllm", steps=2, prompts_per_step=4, gen_prompts=4, chains=2, siblings=1,
-                 max_response_len=48, val_problems=16, task="arith", task_options={"ops": [1], "max_operand": 3},
+                 max_response_len=48, val_problems=16, val_samples=1, task="arith", task_options={"ops": [1], "max_operand": 3},
                  dynamic_sampling=False, out_dir=str(tmp / f"run-{reader}"), progress=False, lr=3e-2, val_every=0,
                  probe_reader=reader) for reader in READERS]
     return run_script(SCRIPT, cfgs, tmp)
