@@ -11,7 +11,7 @@ kept problem, and estimate V* at every newline boundary of each with N_MC = 8 co
 10 of 128; every boundary selector, BSV cross-fitted on the curves themselves (two folds by problem). The code arm
 reads 16 tokens after the suffix (L = 16, the paper's code arms). The engine samples in bf16 (as the RL study's runs
 and a GPU do; half the time of fp32 on this CPU), the policy reads in fp32; its scheduler step takes 65,536 prompt
-tokens, so that a call's 64 completions go in one wave (1.13-1.36x the completions a second of 8,192's waves). A
+tokens, so that a call's 64 completions go in one wave (1.13-1.36x the tokens a second of 8,192's waves). A
 rerun with the same --out resumes: the screen, the chains and every completion are kept as they are sampled (a rerun
 with other sampling settings is refused).
 The commands name folders under runs/: run them from the repository's root.

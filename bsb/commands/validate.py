@@ -49,7 +49,7 @@ from bsb.eval.figures import contrast_plot
 from bsb.eval.flip_mass import flip_mass
 from bsb.eval.session import OfflineConfig, gold_label, jsonable, judge_client, open_session
 from bsb.eval.validation import curve_row, gold_beliefs, lag_profiles, moving_most, summarize
-from bsb.eval.value_curve import CompletionStore, mc_values
+from bsb.eval.value_curve import SEEDINGS, CompletionStore, mc_values
 from bsb.fields import MAX_COUNT
 from bsb.fields import help_field as _f
 from bsb.run_storage import write_whole
@@ -130,7 +130,7 @@ class ValidateConfig(OfflineConfig):
         "prompt tokens the vLLM CPU engine takes in one scheduler step (default: the larger of 8,192 and the model "
         "length); a generation call goes in waves whose prompts fit one step, so more fit a wave; the KV cache is "
         "sized so that no sequence is preempted. Measured with 65,536 on Qwen2.5-Coder-0.5B's code chains: 1.13-1.36x "
-        "the V* completions a second, for about 100 s more at engine start",
+        "the tokens a second of V* completions (two runs of bench/vllm_waves.py), for about 100 s more at engine start",
         ge=1,
         size_limit=MAX_COUNT,
     )
@@ -265,10 +265,12 @@ def _engine_step(cfg: ValidateConfig, config, max_len: int, dtype) -> dict:
     return {"max_num_batched_tokens": cfg.engine_batch_tokens, "kv_cache_gib": kv}
 
 
-def _check_sampling(cfg: ValidateConfig, session, engine: str, dtype, out: Path) -> None:
+def _check_sampling(cfg: ValidateConfig, session, engine: str, dtype, out: Path) -> str:
     """The settings that shape what a run samples, kept in ``sampling.json`` by its first call: a rerun on the same
     ``out`` with other settings is an error naming them (its screen, chains and completions would mix two samplers).
-    A folder without the record (an older run's) takes the current settings."""
+    A folder without the record (an older run's) takes the current settings. Returns how the run's V* completions are
+    seeded (``mc_values``' ``seeding``): ``per-draw`` for a new run, ``offset`` for one whose record predates the
+    ``seeding`` key (2026-12-07), so that a resumed run keeps the seeds it began with."""
     now = {
         "model": cfg.model,
         "task": session.task.name,
@@ -280,15 +282,14 @@ def _check_sampling(cfg: ValidateConfig, session, engine: str, dtype, out: Path)
         "temperature": cfg.temperature,
         "max_response": cfg.max_response,
         "seed": cfg.seed,
-        "seeding": "per-draw",  # V* completions: draw_seed; absent in a run sampled before 2026-12-07 (seed + 7 i)
         "engine": engine,
         "engine_dtype": str(dtype).removeprefix("torch."),
     }
     now = json.loads(json.dumps(now, default=jsonable))
     path = out / "sampling.json"
     if not path.exists():
-        write_whole(path, json.dumps(now, indent=1) + "\n")
-        return
+        write_whole(path, json.dumps({**now, "seeding": SEEDINGS[0]}, indent=1) + "\n")
+        return SEEDINGS[0]
     try:
         was = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -301,6 +302,10 @@ def _check_sampling(cfg: ValidateConfig, session, engine: str, dtype, out: Path)
             f"{out} was sampled with other settings ({'; '.join(changed)}): a rerun there would mix two samplers' "
             "chains and completions; use another --out"
         )
+    seeding = was.get("seeding", "offset")
+    if seeding not in SEEDINGS:
+        raise ValueError(f"{path}: seeding {seeding!r} is not one of {', '.join(SEEDINGS)}")
+    return seeding
 
 
 def _sample_chains(cfg: ValidateConfig, gen, session, out: Path) -> dict[str, list[int]]:
@@ -335,7 +340,7 @@ def _sample_chains(cfg: ValidateConfig, gen, session, out: Path) -> dict[str, li
     return saved
 
 
-def _value_curves(cfg: ValidateConfig, session, gen, saved: dict, store) -> tuple[list[tuple], int]:
+def _value_curves(cfg: ValidateConfig, session, gen, saved: dict, store, seeding: str) -> tuple[list[tuple], int]:
     """``(i, cuts, V*)`` of every chain with a newline boundary (their completions streamed to and resumed from
     ``store``), and how many chains had none."""
     from tqdm import tqdm
@@ -370,11 +375,12 @@ def _value_curves(cfg: ValidateConfig, session, gen, saved: dict, store) -> tupl
             cfg.max_response,
             session.eos,
             temperature=cfg.temperature,
-            seed=cfg.seed,  # each completion's own seed: draw_seed(seed, chain id, cut, draw)
+            seed=cfg.seed + 7 * i if seeding == "offset" else cfg.seed,  # the chain's seed, or the run's (draw_seed)
             batch_size=cfg.batch_size,
             store=store,
             chain_id=p.id,
             progress=bar.update,
+            seeding=seeding,
         )
         values.append((i, cuts, v))
     bar.close()
@@ -435,7 +441,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         raise ValueError(f"--engine-dtype {cfg.engine_dtype} needs the vLLM engine; the HF backend samples here")
     if gen is session.hf and step:
         raise ValueError("--engine-batch-tokens sets the vLLM engine's step; the HF backend samples here")
-    _check_sampling(cfg, session, "hf" if gen is session.hf else "vllm", dtype, out)
+    seeding = _check_sampling(cfg, session, "hf" if gen is session.hf else "vllm", dtype, out)
     if cfg.pass_band:
         _screen(cfg, gen, session, out, console)  # problems at the model's level only
     if cfg.chains_per_problem > 1:
@@ -453,7 +459,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     )
     # with --bsv-cross-fit, bsv's direction comes from the V* curves themselves: one a fold
     selectors = {n: make_selector(n, scfg, session.hf) for n in names if not (cfg.bsv_cross_fit and n == "bsv")}
-    values, skipped = _value_curves(cfg, session, gen, saved, store)
+    values, skipped = _value_curves(cfg, session, gen, saved, store, seeding)
     bsv, notes = _cross_fitted_bsv(session, saved, values, scfg, out, console) if cfg.bsv_cross_fit else (None, [])
     curves = []
     for k, (i, cuts, v) in enumerate(values):

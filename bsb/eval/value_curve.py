@@ -5,7 +5,10 @@ Completions go through the backend's batched ``generate`` (a vLLM engine reuses 
 blocks). With a :class:`CompletionStore` every finished completion is appended to a JSONL file as soon as its
 batch returns, so an interrupted estimate resumes without repeating finished completions. Each completion samples
 from its own seed (:func:`draw_seed`, a hash of the run's seed and the completion's key), so a resumed or re-batched
-estimate draws exactly what an uninterrupted one would, and two completions of a run share a seed with odds ~n^2/2^64.
+estimate gives every completion the seed an uninterrupted one would (its tokens too, up to the engine's batch
+composition: a bf16 near-tie can flip with the requests beside it), and two completions of a run share a seed with
+odds ~n^2/2^64. ``seeding="offset"`` keeps the seeds of runs sampled before 2026-12-07, so that such a run finishes
+with the seeds it began with.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+SEEDINGS = ("per-draw", "offset")  # the first: every run sampled since 2026-12-07
+
 
 def draw_seed(seed: int, chain_id: str, cut: int, draw: int) -> int:
     """The seed of completion ``(chain_id, cut, draw)`` of a run seeded ``seed``: 63 bits of a hash of the four, so that
     it depends on nothing else (the batch, what was resumed) and two completions share one with odds ~n^2 / 2^64. An
-    offset per chain (``seed + 7 i`` plus the request's place in its call, bsb before 2026-12-07) gave neighbouring
-    chains' completions the same seeds, and a resumed chain other seeds than an uninterrupted one."""
+    offset per chain (``seed + 7 i`` plus the request's place in its call, bsb before 2026-12-07: ``seeding="offset"``)
+    gave neighbouring chains' completions the same seeds, and a resumed chain other seeds than an uninterrupted one."""
     key = f"{int(seed)}\0{chain_id}\0{int(cut)}\0{int(draw)}".encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
 
@@ -96,17 +101,22 @@ def mc_values(
     store: CompletionStore | None = None,
     chain_id: str = "chain",
     progress=None,
+    seeding: str = "per-draw",
 ) -> list[float]:
     """V*(t) at each cut (a position in ``response``) from ``n_mc`` completions of ``prompt + response[:t]``.
 
     ``grade(full_response_ids) -> (correct, answer)`` scores a completed response (the prefix plus the
     completion) and gives its normalised final answer ("" when none);
     ``seed``: the run's; completion ``(chain_id, cut, draw)`` samples from :func:`draw_seed` of it, so ``chain_id``
-    must tell the run's chains apart;
+    must tell the run's chains apart (``seeding="offset"``: the chain's seed, request ``k`` of the call starting at
+    ``start`` in the chain's unfinished completions sampling from ``seed + 7919 start + k``, the seeds of runs sampled
+    before 2026-12-07);
     ``progress``: an optional callable taking the number of completions just finished (e.g. a tqdm ``update``).
     """
     if n_mc < 1:
         raise ValueError(f"n_mc must be >= 1, got {n_mc}")
+    if seeding not in SEEDINGS:
+        raise ValueError(f"seeding must be one of {', '.join(SEEDINGS)}, got {seeding!r}")
     if any(not 0 <= c <= len(response) for c in cuts):
         raise ValueError(f"cuts must lie in [0, {len(response)}], got {list(cuts)}")
     if any(c >= max_response for c in cuts):
@@ -121,7 +131,7 @@ def mc_values(
             max_new_tokens=[max_response - c for c, _ in part],  # each completion to its own budget
             temperature=temperature,
             top_p=top_p,
-            seed=[draw_seed(seed, chain_id, c, j) for c, j in part],
+            seed=([draw_seed(seed, chain_id, c, j) for c, j in part] if seeding == "per-draw" else seed + 7919 * start),
             eos_token_id=eos_id,
         )
         rows = []

@@ -255,7 +255,9 @@ class TrainConfig(RunOptions, ProbeConfig, PromptConfig, TreeOptions, CreditOpti
         "held-out passes' 64 prompts). The KV cache grows to hold a full wave (at least vllm_kv_cache_gib); the "
         "engine's warm-up step takes longer (about 100 s more at 65,536 for Qwen2.5-Coder-0.5B on 2 cores)",
         ge=1,
-        resume_safe=True,  # which requests share a wave, not what they sample
+        # which requests share a wave: the same seeds, the same numbers up to their batch's (a bf16 near-tie may flip,
+        # as micro_batch_tokens reorders a float sum), so among "how the same numbers are computed"
+        resume_safe=True,
     )
     vllm_cpu_process: str = _f(
         "in",

@@ -220,6 +220,33 @@ def test_validate_refuses_to_resume_with_other_sampling_settings(model_dir, tmp_
     assert "not a sampling record" in capsys.readouterr().err
 
 
+def test_validate_keeps_the_seeding_a_run_began_with(model_dir, tmp_path, capsys, monkeypatch):
+    """A new run records per-draw seeding; a run recorded before the key existed finishes with the offset seeds it
+    began with (its completions so far were drawn so); an unknown seeding is an error, not a silent choice."""
+    from bsb.commands import validate
+
+    seen = []
+    real = validate.mc_values
+    monkeypatch.setattr(validate, "mc_values", lambda *a, **kw: seen.append((kw["seed"], kw["seeding"])) or real(*a, **kw))
+    out = tmp_path / "val"
+    args = ["validate", model_dir, "--task", "arith", "--n-problems", "2", "--m", "4", "--n-mc", "2", "--b", "1",
+            "--backend", "hf", "--max-response", "32", "--selectors", "midpoint", "--seed", "3", "--out", str(out)]
+    main(args)
+    assert json.loads((out / "sampling.json").read_text())["seeding"] == "per-draw"
+    assert seen and set(seen) == {(3, "per-draw")}  # the run's seed; each completion hashes its own key
+    record = json.loads((out / "sampling.json").read_text())
+    del record["seeding"]  # as a run sampled before 2026-12-07 recorded it
+    (out / "sampling.json").write_text(json.dumps(record))
+    (out / "completions.jsonl").unlink()
+    seen.clear()
+    main(args)
+    assert seen == [(3 + 7 * i, "offset") for i in range(len(seen))] and seen  # each chain's seed, as then
+    (out / "sampling.json").write_text(json.dumps({**record, "seeding": "clock"}))
+    with pytest.raises(SystemExit):
+        main(args)
+    assert "seeding 'clock' is not one of per-draw, offset" in capsys.readouterr().err
+
+
 def test_fork_contrast_counts_agreeing_siblings_and_js_terciles(tmp_path):
     from bsb.eval.contrast import fork_contrast
 

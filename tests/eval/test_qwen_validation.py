@@ -57,8 +57,8 @@ def test_a_slice_of_the_qwen_validation_reproduces(domain, tmp_path):
     for f in ("screen.jsonl", "sampling.json"):
         shutil.copy(record / f, tmp_path / f)
     command.remove("--bsv-cross-fit")
-    at = command.index("--engine-batch-tokens")  # how many completions go in one wave, not what they sample: the
-    del command[at : at + 2]  # engine's default step starts in a minute less
+    at = command.index("--engine-batch-tokens")  # how many completions go in one wave (the same seeds; a bf16 near-tie
+    del command[at : at + 2]  # may flip with the batch): the engine's default step starts in a minute less
     command[command.index("--n-problems") + 1] = "1"
     command[command.index("--chains-per-problem") + 1] = "1"
     command[command.index("--out") + 1] = str(tmp_path)

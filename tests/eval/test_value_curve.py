@@ -100,6 +100,25 @@ def test_each_completion_samples_from_its_own_seed_whatever_the_batching_or_a_re
     assert len(set(every)) == len(every) and all(0 <= s < 2**63 for s in every)
 
 
+def test_offset_seeding_is_the_seeds_of_runs_sampled_before_per_draw():
+    """``seeding="offset"``: request k of the call starting at ``start`` of the chain's unfinished completions samples
+    from ``seed + 7919 start + k`` (what a run recorded before 2026-12-07 drew with); an unknown seeding is an error."""
+    class Offsets:
+        def __init__(self):
+            self.seeds = []
+
+        def generate(self, prompts, max_new_tokens, temperature=1.0, top_p=1.0, seed=0, eos_token_id=None):
+            assert isinstance(seed, int)
+            self.seeds += [seed + k for k in range(len(prompts))]
+            return [[1, 9] for _ in prompts]
+
+    b = Offsets()
+    mc_values(b, [5], list(range(10, 30)), [1, 2, 3], 4, grade, 40, 9, seed=14, batch_size=5, seeding="offset")
+    assert b.seeds == [14 + 7919 * start + k for start in (0, 5, 10) for k in range(5 if start < 10 else 2)]
+    with pytest.raises(ValueError, match="seeding must be one of per-draw, offset"):
+        mc_values(b, [5], [1, 2], [1], 2, grade, 30, 9, seeding="clock")
+
+
 def test_a_corrupt_store_is_an_error(tmp_path):
     path = tmp_path / "c.jsonl"
     path.write_text("not json\n{}\n")
