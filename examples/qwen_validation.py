@@ -25,6 +25,8 @@ finished its curves, table and figures (the remedies then rerun from it with not
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 import shutil
 import sys
@@ -80,33 +82,57 @@ def record_dir(domain: str) -> Path:
 
 
 def _copy_whole_lines(src: Path, dst: Path) -> int:
-    """Copy ``src`` to ``dst`` up to its last newline (a run appending to it may be mid-line); the lines copied."""
+    """Copy ``src`` to ``dst`` up to its last newline (a run appending to it may be mid-line), through a file renamed
+    into place (a copy cut short leaves the old one); the lines copied."""
     data = src.read_bytes()
     data = data[: data.rfind(b"\n") + 1] if src.suffix == ".jsonl" else data
-    dst.write_bytes(data)
+    part = dst.with_name(dst.name + ".part")
+    part.write_bytes(data)
+    os.replace(part, dst)
     return data.count(b"\n")
 
 
+def _completion_keys(path: Path) -> set:
+    """The (chain, cut, draw) of every whole line of a completions file (none if there is no file)."""
+    if not path.exists():
+        return set()
+    data = path.read_bytes()
+    lines = data[: data.rfind(b"\n") + 1].decode().splitlines()
+    return {(r["chain"], r["cut"], r["draw"]) for r in map(json.loads, lines)}
+
+
 def record(domain: str) -> str:
-    """Copy the run's sampled files (whole lines only) and, once it has finished, its results into the record."""
+    """Copy the run's sampled files (whole lines only) and, once it has finished, its results into the record. A
+    record that the run does not extend (other sampling settings, or completions the run lacks) is an error, not
+    overwritten; a record's results from an earlier finished run go when an unfinished run is recorded."""
     src, dst = run_dir(domain), record_dir(domain)
     if not (src / "sampling.json").exists():
         sys.exit(f"no {domain} run in {src} to record")
+    was = dst / "sampling.json"
+    if was.exists() and was.read_bytes() != (src / "sampling.json").read_bytes():
+        sys.exit(f"{dst} records a run sampled with other settings than {src}: move one of them first")
+    lost = _completion_keys(dst / "completions.jsonl") - _completion_keys(src / "completions.jsonl")
+    if lost:
+        sys.exit(f"{dst} holds {len(lost)} completions that {src} lacks (another run?): move one of them first")
     dst.mkdir(parents=True, exist_ok=True)
     counts = {f: _copy_whole_lines(src / f, dst / f) for f in SAMPLED if (src / f).exists()}
     finished = (src / "curves.jsonl").exists()
-    for f in [*FINISHED, *(p.name for p in src.glob("*.png"))] if finished else []:
-        if (src / f).exists():
-            shutil.copy(src / f, dst / f)
+    results = [*FINISHED, *(p.name for p in (src if finished else dst).glob("*.png"))]
+    for f in results:
+        if finished and (src / f).exists():
+            _copy_whole_lines(src / f, dst / f)
+        elif not finished:
+            (dst / f).unlink(missing_ok=True)
     lines = ", ".join(f"{f} {n}" for f, n in counts.items() if f.endswith(".jsonl"))
     state = "finished" if finished else "in progress"
     return f"recorded {src.relative_to(ROOT)} in {dst.relative_to(ROOT)} ({lines}; {state})"
 
 
 def seed(domain: str) -> str | None:
-    """Seed a missing run folder from the record, so that the command goes on where the recorded run stopped."""
+    """Seed a run folder that holds nothing sampled from the record, so that the command goes on where the recorded
+    run stopped."""
     src, dst = record_dir(domain), run_dir(domain)
-    if (dst / "sampling.json").exists() or not (src / "sampling.json").exists():
+    if any((dst / f).exists() for f in SAMPLED) or not (src / "sampling.json").exists():
         return None
     dst.mkdir(parents=True, exist_ok=True)
     n = {f: _copy_whole_lines(src / f, dst / f) for f in SAMPLED if (src / f).exists()}

@@ -54,11 +54,12 @@ def test_a_qwen_record_keeps_whole_lines_and_seeds_a_missing_run(tmp_path, monke
     (run / "sampling.json").write_text('{"seed": 0}')
     (run / "screen.jsonl").write_text('{"id": "HumanEval/0"}\n')
     (run / "chains.jsonl").write_text('{"id": "a"}\n')
-    (run / "completions.jsonl").write_text('{"draw": 0}\n{"draw": 1}\n{"dr')  # the run is writing its third
+    one, two = (json.dumps({"chain": "a", "cut": 3, "draw": j}) + "\n" for j in (0, 1))
+    (run / "completions.jsonl").write_text(one + two + '{"chain": "a", "cu')  # the run is writing its third
     (run / "bars.png").write_bytes(b"an earlier figure")
     assert "completions.jsonl 2; in progress" in qwen.record("code")
     kept = tmp_path / "examples" / "results" / "qwen" / "code"
-    assert (kept / "completions.jsonl").read_text() == '{"draw": 0}\n{"draw": 1}\n'
+    assert (kept / "completions.jsonl").read_text() == one + two
     assert (kept / "sampling.json").read_text() == '{"seed": 0}' and not (kept / "bars.png").exists()
     qwen.main(["command", "code"])  # the run folder exists: nothing seeded
     assert "seeded" not in capsys.readouterr().err
@@ -81,6 +82,41 @@ def test_a_qwen_record_keeps_whole_lines_and_seeds_a_missing_run(tmp_path, monke
     command = qwen.remedy("code", "K5")
     out_dir = tmp_path / command[command.index("--out") + 1]
     assert (out_dir / "completions.jsonl").read_text() == (kept / "completions.jsonl").read_text()
+
+
+def test_a_qwen_record_is_never_overwritten_by_a_run_that_does_not_extend_it(tmp_path, monkeypatch, capsys):
+    """A record holds what a run sampled: another run (other settings, or fewer completions: a stale folder that
+    resumed beside the record) is refused and the record is left as it was; an unfinished run's record sheds an
+    earlier finished run's results; a folder that holds anything sampled is never seeded over."""
+    qwen = _load("qwen_validation")
+    monkeypatch.setattr(qwen, "ROOT", tmp_path)
+    run, kept = tmp_path / "runs" / "qwen" / "code", tmp_path / "examples" / "results" / "qwen" / "code"
+    run.mkdir(parents=True)
+    rows = [json.dumps({"chain": "a", "cut": 3, "draw": j}) + "\n" for j in range(3)]
+    (run / "sampling.json").write_text('{"seed": 0}')
+    (run / "completions.jsonl").write_text("".join(rows))
+    (run / "curves.jsonl").write_text("{}\n")
+    (run / "bars.png").write_bytes(b"png")
+    assert "finished" in qwen.record("code")
+    before = {f.name: f.read_bytes() for f in kept.iterdir()}
+    (run / "completions.jsonl").write_text("".join(rows[:2]))  # a run that lacks a recorded completion
+    with pytest.raises(SystemExit, match="holds 1 completions that .* lacks"):
+        qwen.record("code")
+    (run / "completions.jsonl").write_text("".join(rows))
+    (run / "sampling.json").write_text('{"seed": 1}')
+    with pytest.raises(SystemExit, match="sampled with other settings"):
+        qwen.record("code")
+    assert {f.name: f.read_bytes() for f in kept.iterdir()} == before  # refused: the record as it was
+    (run / "sampling.json").write_text('{"seed": 0}')
+    (run / "curves.jsonl").unlink()  # the same run, its results not written yet (a rerun of its end)
+    assert "in progress" in qwen.record("code")
+    assert not (kept / "curves.jsonl").exists() and not (kept / "bars.png").exists()
+    assert not list(kept.glob("*.part"))
+    for f in run.iterdir():
+        f.unlink()
+    (run / "chains.jsonl").write_text('{"id": "a"}\n')  # sampled before sampling.json existed: not seeded over
+    qwen.main(["command", "code"])
+    assert "seeded" not in capsys.readouterr().err and (run / "chains.jsonl").read_text() == '{"id": "a"}\n'
 
 
 def test_a_small_model_remedy_copies_sampling_json_only_where_the_run_kept_one(tmp_path, monkeypatch):
