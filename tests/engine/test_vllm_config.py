@@ -102,3 +102,18 @@ def test_a_weight_sync_folder_left_by_a_dead_process_is_swept_and_a_live_ones_ke
     assert sweep(tmp_path, SYNC_PREFIX) == [gone]
     assert not gone.exists() and mine.exists() and odd.exists()
     assert sweep(tmp_path, SYNC_PREFIX) == []
+
+
+def test_a_cpu_engine_gets_the_kv_cache_it_asks_for_or_the_users_larger_one(fake, monkeypatch):
+    """VLLM_CPU_KVCACHE_SPACE is the larger of the engine's kv_cache_gib and what the user set when the process began,
+    whatever an earlier engine of the process set (a smaller cache would preempt a full wave's seeded requests)."""
+    from bsb.engine import vllm_backend
+
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    for user, asked, got in ((None, 3, "3"), (None, 1, "1"), ("2", 1, "2"), ("2", 5, "5")):
+        monkeypatch.setattr(vllm_backend, "_USER_KV_GIB", user)
+        VLLMBackend("m", dtype="float32", max_model_len=1024, device="cpu", kv_cache_gib=asked)
+        assert vllm_backend.os.environ["VLLM_CPU_KVCACHE_SPACE"] == got, (user, asked)
+    monkeypatch.setattr(vllm_backend, "_USER_KV_GIB", "4GB")
+    with pytest.raises(ValueError, match="VLLM_CPU_KVCACHE_SPACE='4GB': a whole number of GiB"):
+        VLLMBackend("m", dtype="float32", max_model_len=1024, device="cpu")
