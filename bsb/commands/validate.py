@@ -42,7 +42,7 @@ from bsb.engine.backend import BACKEND_NAMES
 from bsb.engine.boundaries import candidate_pool
 from bsb.engine.bsv import BSVDirection, task_direction
 from bsb.engine.device import check_dtype_name, resolve_dtype
-from bsb.engine.rollout_engine import engine_max_len, make_rollout_backend, wave_kv_cache_gib
+from bsb.engine.rollout_engine import engine_max_len, make_rollout_backend, model_positions, wave_kv_cache_gib
 from bsb.engine.selectors import SELECTORS, make_selector
 from bsb.eval.contrast import fork_contrast
 from bsb.eval.figures import contrast_plot
@@ -253,11 +253,13 @@ def _screen(cfg: ValidateConfig, gen, session, out: Path, console) -> None:
     session.prompts = [session.prompts[i] for i in chosen]
 
 
-def _engine_step(cfg: ValidateConfig, config, max_len: int, dtype) -> dict:
-    """The engine's step budget and a KV cache that holds a full wave of it (:func:`wave_kv_cache_gib`); empty without
-    ``--engine-batch-tokens``."""
+def _engine_step(cfg: ValidateConfig, config, max_len: int, dtype, device) -> dict:
+    """The engine's step budget and, on the CPU, a KV cache that holds a full wave of it (:func:`wave_kv_cache_gib`;
+    a GPU engine chunks its prefills and sizes its own cache); empty without ``--engine-batch-tokens``."""
     if cfg.engine_batch_tokens is None:
         return {}
+    if device.type != "cpu":
+        return {"max_num_batched_tokens": cfg.engine_batch_tokens}
     try:
         kv = wave_kv_cache_gib(config, cfg.engine_batch_tokens, max_len, cfg.max_response, dtype)
     except ValueError as err:
@@ -433,7 +435,8 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     # completions through vLLM when installed; no probe room: the reads go through the HF model
     max_len = engine_max_len(PROMPT_ROOM, cfg.max_response, 0, 0)
     dtype = resolve_dtype(cfg.engine_dtype, session.hf.device) if cfg.engine_dtype else session.model.dtype
-    step = _engine_step(cfg, session.model.config, max_len, dtype)
+    engine_len = min(max_len, model_positions(session.model.config) or max_len)  # the engine's own cap
+    step = _engine_step(cfg, session.model.config, engine_len, dtype, session.hf.device)
     gen = make_rollout_backend(
         cfg.backend, session.path, session.hf, max_len, cfg.seed, dtype=dtype, log_file=out / "vllm.log", **step
     )

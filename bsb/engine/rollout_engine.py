@@ -42,7 +42,7 @@ def wave_kv_cache_gib(config, batch_tokens: int, max_len: int, max_response: int
     (``CPU_BLOCK_TOKENS``, and vLLM keeps one block back), every attention layer holds each token (a sliding layer
     too: one window a sequence, not a window a wave, and all of it where vLLM does not free what leaves the window),
     and a recurrent layer keeps a state a sequence. A step shorter than the engine's length ``max_len`` is an error
-    (every prompt must fit one step)."""
+    (every prompt must fit one step), and so is a cache larger than the machine's memory (before any engine starts)."""
     import math
 
     from bsb.engine.memory import rollout_state_bytes
@@ -55,7 +55,19 @@ def wave_kv_cache_gib(config, batch_tokens: int, max_len: int, max_response: int
         )
     one = rollout_state_bytes(config, 1, torch.empty((), dtype=dtype).element_size())  # a token's KV, a state
     tokens = batch_tokens + MAX_SEQS * (max_response + CPU_BLOCK_TOKENS) + CPU_BLOCK_TOKENS
-    return max(1, math.ceil((one["kv"] * tokens + MAX_SEQS * one["recurrent"]) / 2**30))
+    gib = max(1, math.ceil((one["kv"] * tokens + MAX_SEQS * one["recurrent"]) / 2**30))
+    host = host_memory_bytes() / 2**30
+    if gib > host:
+        raise ValueError(
+            f"a step of {batch_tokens} tokens needs a {gib} GiB KV cache (a full wave and {MAX_SEQS} responses of "
+            f"{max_response} tokens), more than this machine's {host:.0f} GiB of memory: take a smaller step"
+        )
+    return gib
+
+
+def host_memory_bytes() -> int:
+    """The machine's physical memory (where a CPU engine keeps its KV cache)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def make_rollout_backend(

@@ -190,10 +190,14 @@ class Trainer:
         probe = self.selector.config  # room for a probe after a chain: the elicitation suffix and its read
         max_len = engine_max_len(cfg.max_prompt_len, cfg.max_response_len, len(probe.suffix), probe.read_len)
         kv = cfg.vllm_kv_cache_gib
-        if cfg.vllm_batch_tokens is not None:
+        if cfg.vllm_batch_tokens is not None and self.device.type == "cpu":  # a GPU engine chunks its prefills
             try:
                 wave = wave_kv_cache_gib(
-                    self.hf.model.config, cfg.vllm_batch_tokens, max_len, cfg.max_response_len, self.dtype
+                    self.hf.model.config,
+                    cfg.vllm_batch_tokens,
+                    min(max_len, limit or max_len),
+                    cfg.max_response_len,
+                    self.dtype,
                 )
             except ValueError as err:
                 raise ValueError(f"vllm_batch_tokens: {err}") from None

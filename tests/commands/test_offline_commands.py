@@ -185,8 +185,9 @@ def test_validate_engine_batch_tokens_reach_the_engine_with_a_kv_cache_that_hold
     main([*base, "--engine-batch-tokens", "4096", "--out", str(tmp_path / "big")])
     assert asked == [(1024 + 32, {"max_num_batched_tokens": 4096, "kv_cache_gib": 1})]
     with pytest.raises(SystemExit):
-        main([*base, "--engine-batch-tokens", "1000", "--out", str(tmp_path / "short")])
-    assert "--engine-batch-tokens: the engine's step of 1000 tokens is shorter than its model length 1056" in (
+        main([*base, "--engine-batch-tokens", "500", "--out", str(tmp_path / "short")])
+    # the engine serves the model's 512 positions (1,056 capped), so every prompt fits a step of 512 or more
+    assert "--engine-batch-tokens: the engine's step of 500 tokens is shorter than its model length 512" in (
         capsys.readouterr().err)
     with pytest.raises(SystemExit):
         main(["validate", "--backend", "hf", "--engine-batch-tokens", "8192"])
@@ -195,6 +196,22 @@ def test_validate_engine_batch_tokens_reach_the_engine_with_a_kv_cache_that_hold
     with pytest.raises(ValueError, match="the HF backend samples here"):
         validate.run_validate(validate.ValidateConfig(model=model_dir, task="arith", n_problems=1, backend="auto",
                                                       engine_batch_tokens=8192, out_dir=str(tmp_path / "auto")))
+
+
+def test_a_gpu_engines_step_is_passed_on_without_a_cpu_wave_cache():
+    """On a GPU vLLM chunks its prefills and sizes its own cache: --engine-batch-tokens is only its step there (no
+    CPU wave KV cache, no shorter-than-the-model-length refusal)."""
+    import torch
+    import transformers
+
+    from bsb.commands.validate import ValidateConfig, _engine_step
+
+    qwen = transformers.Qwen2Config(num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, hidden_size=896)
+    cfg = ValidateConfig(engine_batch_tokens=1024)
+    assert _engine_step(cfg, qwen, 1536, torch.bfloat16, torch.device("cuda", 0)) == {"max_num_batched_tokens": 1024}
+    with pytest.raises(ValueError, match="shorter than its model length 1536"):
+        _engine_step(cfg, qwen, 1536, torch.bfloat16, torch.device("cpu"))
+    assert _engine_step(ValidateConfig(), qwen, 1536, torch.bfloat16, torch.device("cpu")) == {}
 
 
 def test_validate_refuses_to_resume_with_other_sampling_settings(model_dir, tmp_path, capsys):

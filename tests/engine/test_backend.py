@@ -118,3 +118,13 @@ def test_a_wave_kv_cache_holds_the_steps_prompts_and_256_responses():
     assert wave_kv_cache_gib(nemotron, 65536, 1536, 512, torch.bfloat16) == 21  # 3.13 GiB of keys + 18.5 of states
     with pytest.raises(ValueError, match="step of 1024 tokens is shorter than its model length 1536"):
         wave_kv_cache_gib(qwen, 1024, 1536, 512, torch.bfloat16)
+
+
+def test_a_wave_kv_cache_larger_than_the_machine_is_an_error_before_any_engine(monkeypatch):
+    from bsb.engine import rollout_engine
+
+    qwen = transformers.Qwen2Config(num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, hidden_size=896)
+    monkeypatch.setattr(rollout_engine, "host_memory_bytes", lambda: 24 * 2**30)
+    assert rollout_engine.wave_kv_cache_gib(qwen, 65536, 1536, 512, torch.bfloat16) == 3
+    with pytest.raises(ValueError, match="a step of 10000000 tokens needs a 117 GiB KV cache .* than this machine's 24"):
+        rollout_engine.wave_kv_cache_gib(qwen, 10_000_000, 1536, 512, torch.bfloat16)
