@@ -94,10 +94,12 @@ def _cpu_seconds() -> float:
     """CPU seconds of this process, its reaped children and its live descendants (an engine's core process)."""
     import resource
 
-    import psutil
-
     used = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
                for f in ("ru_utime", "ru_stime"))
+    try:
+        import psutil  # installed with vLLM; without it, reaped children only
+    except ImportError:
+        return used
     for child in psutil.Process().children(recursive=True):
         try:
             t = child.cpu_times()

@@ -49,9 +49,18 @@ class CompletionStore:
             try:
                 r = json.loads(line)
                 key = (r["chain"], r["cut"], r["draw"])
-                self.done[key], self.answers[key] = bool(r["correct"]), r.get("answer", "")
+                answer = r.get("answer", "")
             except (json.JSONDecodeError, KeyError, TypeError):
                 raise ValueError(f"{self.path}:{n}: not a completion record") from None
+            # a key of other types would never match a chain's (its completion drawn again), a "false" string is true
+            if not (
+                isinstance(key[0], str)
+                and all(type(x) is int and x >= 0 for x in key[1:])
+                and type(r["correct"]) is bool
+                and isinstance(answer, str)
+            ):
+                raise ValueError(f"{self.path}:{n}: not a completion record (chain, cut, draw, correct, answer types)")
+            self.done[key], self.answers[key] = r["correct"], answer
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def __contains__(self, key: tuple[str, int, int]) -> bool:

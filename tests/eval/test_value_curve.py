@@ -124,6 +124,13 @@ def test_a_corrupt_store_is_an_error(tmp_path):
     path.write_text("not json\n{}\n")
     with pytest.raises(ValueError, match="c.jsonl:1"):
         CompletionStore(path)
+    good = {"chain": "a", "cut": 3, "draw": 0, "correct": False, "answer": "7"}
+    for bad in ({"correct": "false"}, {"cut": "3"}, {"draw": -1}, {"chain": 5}, {"answer": None}, {"cut": True}):
+        path.write_text(json.dumps(good) + "\n" + json.dumps({**good, **bad}) + "\n")
+        with pytest.raises(ValueError, match="c.jsonl:2: not a completion record"):  # never a silent true or a redraw
+            CompletionStore(path)
+    path.write_text(json.dumps(good) + "\n")
+    assert CompletionStore(path).done == {("a", 3, 0): False}
 
 
 def test_the_belief_counts_every_token_that_closes_the_answer():

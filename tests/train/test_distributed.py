@@ -323,7 +323,7 @@ def test_vllm_cpu_engine_per_rank_with_lens_shift_reads_through_the_sharded_poli
 # ------------------------------------------------------------------ launches the run cannot use: one clear error
 
 
-@pytest.mark.beside_a_worker  # ranks that stop before any process group or model: imports, on one core
+@pytest.mark.beside_a_worker  # two ranks, then two rank processes, each stopping before any model: imports
 def test_a_world_size_that_does_not_divide_the_prompts_is_one_error_on_every_rank(tmp_path):
     cfg = tmp_path / "run.yaml"
     cfg.write_text(yaml.safe_dump({**BASE, "prompts_per_step": 3, "gen_prompts": 5}))
