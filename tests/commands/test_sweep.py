@@ -38,6 +38,17 @@ def test_the_cpu_twins_plan_as_one_sweep(tmp_path):
     assert grpo.config["loss_agg"] == "seq-mean-token-mean" and grpo.config["clip_high"] == 0.2 and grpo.config["seed"] == 1
 
 
+def test_the_gsm_arms_plan_as_one_sweep_at_one_budget(tmp_path):
+    """Every arm of the Qwen2.5-Coder GSM-Symbolic study (flat_dynamic.yaml among them) is one sweep against flat
+    GRPO: the same benchmark and evaluation (plan checks), one question an update, 50 updates at one learning rate."""
+    arms = sorted((CONFIGS / "cpu" / "real" / "gsm-arms").glob("*.yaml"))
+    runs = sweep.plan(arms, [1, 2], tmp_path)
+    assert {r.name for r in runs} >= {"flat", "flat_dynamic", "stopped_probe_js", "stopped_midpoint"}
+    assert {(r.config["steps"], r.config["prompts_per_step"], r.config["lr"]) for r in runs} == {(50, 1, 1e-6)}
+    dynamic = next(r.config for r in runs if r.name == "flat_dynamic")
+    assert dynamic["dynamic_sampling"] and dynamic["homogeneous"] == "skip_step" and dynamic["rollout"] == "flat"
+
+
 def test_bad_sweeps_fail_before_anything_trains(tmp_path):
     a = write(tmp_path, "a", steps=2)
     (tmp_path / "sub").mkdir()
