@@ -6,7 +6,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "bsb"
 # top-level parts of bsb by layer (a part may import its own layer's other parts only where listed in PEERS)
-LAYER = {"registry": 0, "fields": 0, "min_versions": 0, "safe_io": 0, "run_storage": 0, "owners": 0, "_C": 0, "kernels": 0, "tasks": 0, "embedded": 1, "engine": 1, "train": 2, "eval": 2,
+LAYER = {"registry": 0, "seeds": 0, "fields": 0, "min_versions": 0, "safe_io": 0, "run_storage": 0, "owners": 0, "_C": 0, "kernels": 0, "tasks": 0, "embedded": 1, "engine": 1, "train": 2, "eval": 2,
          "integrations": 3, "commands": 3, "cli": 4}
 PEERS = {("tasks", "registry"), ("tasks", "fields"), ("kernels", "_C"), ("kernels", "min_versions"), ("run_storage", "safe_io"), ("tasks", "owners"), ("embedded", "engine")}
 # bsb.tasks inside: the protocol and answer text, then prompts and problem files, then the domains (arith is graded

@@ -13,10 +13,11 @@ with the seeds it began with.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from bsb.seeds import hashed
 
 SEEDINGS = ("per-draw", "offset")  # the first: every run sampled since 2026-12-07
 
@@ -26,8 +27,7 @@ def draw_seed(seed: int, chain_id: str, cut: int, draw: int) -> int:
     it depends on nothing else (the batch, what was resumed) and two completions share one with odds ~n^2 / 2^64. An
     offset per chain (``seed + 7 i`` plus the request's place in its call, bsb before 2026-12-07: ``seeding="offset"``)
     gave neighbouring chains' completions the same seeds, and a resumed chain other seeds than an uninterrupted one."""
-    key = f"{int(seed)}\0{chain_id}\0{int(cut)}\0{int(draw)}".encode()
-    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+    return hashed(f"{int(seed)}\0{chain_id}\0{int(cut)}\0{int(draw)}", 63)
 
 
 class CompletionStore:

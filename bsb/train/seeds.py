@@ -16,15 +16,11 @@ Validation uses the fixed :data:`VAL_SEED` so every step and run decodes the hel
 
 from __future__ import annotations
 
-import hashlib
+from bsb.seeds import derive
+
+__all__ = ["VAL_SEED", "derive", "stream"]
 
 VAL_SEED = 10**6
-
-
-def derive(*parts) -> int:
-    """A 47-bit seed from any parts (ints, strings)."""
-    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 17
 
 
 def stream(seed: int, step: int, round_: int, phase: str) -> int:
