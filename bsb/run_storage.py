@@ -1,10 +1,11 @@
 """A run folder's files, read and written without torch or the training config (``bsb report``, ``export``,
 ``sweep`` and ``cost`` read them too): every file or folder replaced is written beside its place and swapped in
 (:func:`swap_in`, :func:`write_whole`), so it is whole or absent after any crash; what a crash inside a save left is
-put back or removed when the folder opens (:func:`recover_checkpoint`, :func:`drop_leftovers`); a checkpoint's files
+put back or removed when the folder opens (:func:`recover_checkpoint`, :func:`drop_leftovers`), and an
+append-only log's torn last line (:func:`appended_lines`); a checkpoint's files
 carry CRC-32 checksums (:func:`file_checksums`, :func:`verify_checksums`); the metrics rows (:func:`metric_rows`);
-the kept weights (:func:`weight_steps`, :func:`best_weights`, :func:`weights_folder`). The trainer's side, which
-writes them, is :class:`bsb.train.run_folder.RunFolder`."""
+the kept weights (:func:`weight_steps`, :func:`best_weights`, :func:`weights_folder`); an append-only log's torn last
+line (:func:`appended_lines`). The trainer's side, which writes them, is :class:`bsb.train.run_folder.RunFolder`."""
 
 from __future__ import annotations
 
@@ -135,6 +136,16 @@ def write_whole(path: Path, text: str) -> None:
     part = path.with_name(path.name + ".part")
     part.write_text(text)
     swap_in(part, path)
+
+
+def appended_lines(path: Path) -> list[str]:
+    """The whole lines of an append-only JSONL file (none if it does not exist). A last line cut short by a crash is
+    cut off the file too, so that the next append starts on a fresh line."""
+    data = path.read_bytes() if path.exists() else b""
+    if data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]
+        path.write_bytes(data)
+    return data.decode().splitlines()
 
 
 def recover_checkpoint(out: Path) -> str:

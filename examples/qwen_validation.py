@@ -18,8 +18,8 @@ The commands name folders under runs/: run them from the repository's root.
 
     python examples/qwen_validation.py record code          # copy the run into examples/results/qwen/code
 
-The record is what is committed: the sampling settings, the screen, the chains and every completion (so a run that
-spans machines goes on from it: ``command`` seeds a missing runs/ folder from the record), and once the run has
+The record is what is committed: the sampling settings, the screen, the chains, every completion and every selector
+read done (so a run that spans machines goes on from it: ``command`` seeds a missing runs/ folder from the record), and once the run has
 finished its curves, table and figures (the remedies then rerun from it with nothing sampled again).
 """
 
@@ -33,7 +33,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLED = ("sampling.json", "screen.jsonl", "chains.jsonl", "completions.jsonl")  # all that a resume needs
+# all that a resume needs (reads.jsonl: each selector's read of each chain, the slow part once V* is sampled)
+SAMPLED = ("sampling.json", "screen.jsonl", "chains.jsonl", "completions.jsonl", "reads.jsonl")
 FINISHED = ("curves.jsonl", "table.md", "lag.json")  # and the figures (*.png): written when the run finishes
 MODEL = "pypi:qwen2.5-coder-0.5b"
 COMMON = ["--prompt-format", "chat", "--pass-band", "0.2", "0.8", "--screen-samples", "8", "--n-mc", "8",
@@ -64,6 +65,12 @@ REMEDIES = {
         "code": ["--probe-suffix", "\nHere is the complete program:\n```python\n"],
     },
 }
+# the belief reads each remedy changes (read length and K shape Probe-JS's read alone, the lens layers Lens-Shift's);
+# Entropy and Midpoint rerun beside them as references (one forward a chain). Lens-Shift teacher-forces the whole
+# committed program at every boundary through every layer: about 2.5 minutes a code chain, so it reruns only where
+# its own read changes.
+CHANGES = {"L4": ["probe_js"], "L1": ["probe_js"], "K5": ["probe_js"], "upper": ["lens_shift"],
+           "suffix": ["probe_js", "lens_shift"]}  # fmt: skip
 
 
 def validate(domain: str) -> list[str]:
@@ -141,7 +148,7 @@ def seed(domain: str) -> str | None:
 
 def remedy(domain: str, name: str) -> list[str]:
     """The validate command of remedy ``name``, its out dir seeded with the recorded run's screen, chains and
-    completions; the belief selectors and the two references only."""
+    completions; the belief selectors whose read it changes and the two references only."""
     if name not in REMEDIES:
         sys.exit(f"no remedy {name!r}: one of {', '.join(REMEDIES)}")
     command = validate(domain)
@@ -155,7 +162,7 @@ def remedy(domain: str, name: str) -> list[str]:
         if not (out / f).exists() and (f != "sampling.json" or (src / f).exists()):
             shutil.copy(src / f, out / f)
     command.remove("--bsv-cross-fit")
-    selectors = ["--selectors", "probe_js", "lens_shift", "entropy", "midpoint"]
+    selectors = ["--selectors", *CHANGES[name], "entropy", "midpoint"]
     return command[:-1] + [str(out.relative_to(ROOT))] + REMEDIES[name][domain] + selectors
 
 

@@ -33,8 +33,9 @@ writes.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from bsb.commands.flags import command_parser, from_args
@@ -48,6 +49,7 @@ from bsb.eval.contrast import fork_contrast
 from bsb.eval.figures import contrast_plot
 from bsb.eval.flip_mass import flip_mass
 from bsb.eval.session import OfflineConfig, gold_label, jsonable, judge_client, open_session
+from bsb.eval.read_store import ReadStore
 from bsb.eval.validation import curve_row, gold_beliefs, lag_profiles, moving_most, summarize
 from bsb.eval.value_curve import SEEDINGS, CompletionStore, mc_values
 from bsb.fields import MAX_COUNT
@@ -414,6 +416,20 @@ def _cross_fitted_bsv(session, saved: dict, values: list[tuple], scfg, out: Path
     return [selectors[f] for f in fit.fold_of], []
 
 
+# ValidateConfig fields that shape what is sampled, ranked or written but not how a selector reads a given chain
+NOT_READS = frozenset(
+    ("out_dir", "progress", "case_plots", "batch_size", "backend", "engine_dtype", "engine_batch_tokens", "n_problems",
+     "chains_per_problem", "pass_band", "screen_problems", "screen_samples", "selectors", "b", "b_ratio", "n_mc",
+     "bsv_cross_fit", "task_bsv")
+)  # fmt: skip
+
+
+def read_options(cfg: ValidateConfig) -> dict:
+    """The settings a kept read depends on (:class:`~bsb.eval.read_store.ReadStore`): every field but those in
+    :data:`NOT_READS`, so that a field added later counts until it is listed there."""
+    return json.loads(json.dumps({k: v for k, v in asdict(cfg).items() if k not in NOT_READS}, default=jsonable))
+
+
 def run_validate(cfg: ValidateConfig, console=None) -> dict:
     from rich.console import Console
 
@@ -463,12 +479,20 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     # with --bsv-cross-fit, bsv's direction comes from the V* curves themselves: one a fold
     selectors = {n: make_selector(n, scfg, session.hf) for n in names if not (cfg.bsv_cross_fit and n == "bsv")}
     values, skipped = _value_curves(cfg, session, gen, saved, store, seeding)
+    if gen is not session.hf:  # every sample is drawn: the engine's weights and KV cache go before the reads
+        gen.close()
+        del gen
+        gc.collect()
     bsv, notes = _cross_fitted_bsv(session, saved, values, scfg, out, console) if cfg.bsv_cross_fit else (None, [])
+    from tqdm import tqdm
+
+    reads, options = ReadStore(out / "reads.jsonl"), read_options(cfg)  # each chain's reads kept as they are done
     curves = []
-    for k, (i, cuts, v) in enumerate(values):
+    for k, (i, cuts, v) in enumerate(tqdm(values, desc="selector reads", unit="chain", disable=not cfg.progress)):
         scored = selectors if bsv is None else {**selectors, "bsv": bsv[k]}
         resp, b = saved[session.problems[i].id], cfg.chain_b(len(cuts))
-        curves.append(curve_row(session, i, resp, cuts, v, scored, store, b=b, n_mc=cfg.n_mc, seed=cfg.seed))
+        kw = dict(b=b, n_mc=cfg.n_mc, seed=cfg.seed, reads=reads, read_options=options)
+        curves.append(curve_row(session, i, resp, cuts, v, scored, store, **kw))
     (out / "curves.jsonl").write_text("".join(json.dumps(r, default=jsonable) + "\n" for r in curves))
 
     summary = summarize(curves, [n for n in names if n in selectors or (n == "bsv" and bsv is not None)])

@@ -9,6 +9,7 @@ closeness to the midpoint, the engine's Midpoint scores, and the row counts the 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,7 @@ from bsb.engine.selectors import CannotScore, ChainInput, midpoint_scores
 from bsb.eval.bootstrap import Interval, cluster_mean
 from bsb.eval.flip_mass import flip_mass
 from bsb.eval.lag import jumps, lag_profile
+from bsb.eval.read_store import ReadStore, read_key
 from bsb.eval.reconstruction import is_flat, oracle_floor, reconstruction_error, top_b
 from bsb.eval.value_curve import answer_belief
 
@@ -46,10 +48,14 @@ def curve_row(
     b: int,
     n_mc: int,
     seed: int,
+    reads: ReadStore | None = None,
+    read_options: dict | None = None,
 ) -> dict:
     """The ``curves.jsonl`` row of problem ``i`` of ``session``: its V* at ``cuts``, the DP floor of ``b`` points, every
-    selector's scores, top-B, error and fallback, and the answers of the first two completions at each boundary (the
-    fork contrast's siblings, from ``store``)."""
+    selector's scores, top-B, error and fallback, the seconds its read took, and the answers of the first two
+    completions at each boundary (the fork contrast's siblings, from ``store``). With ``reads``, a read kept there
+    (keyed by ``read_options`` and the chain: :func:`~bsb.eval.read_store.read_key`) is taken as it was, and every
+    other read is kept there as soon as it is done."""
     p = session.problems[i]
     text = session.decode(response)
     chain = ChainInput(session.prompts[i], response, answer=session.answer_ids(text))
@@ -73,11 +79,22 @@ def curve_row(
         "floor_points": best,
         "read_tokens": {},  # token-forwards each selector that reads the policy spent here (the chain forwarded again)
         "read_floor": {},  # ... and the fewest they cost on an engine that holds the chain's keys and values
+        "read_seconds": {},  # wall seconds each selector's read of this chain took (when it was read)
     }
+    prompt = session.prompts[i]
     for name, sel in selectors.items():
-        s, fb, spent = boundary_scores(sel, chain, pool, session.hf, i, seed)
+        key = None if reads is None else read_key(read_options or {}, sel, name, i, prompt, response, cuts)
+        got = reads.get(key) if key else None
+        if got is None:
+            start = time.perf_counter()
+            s, fb, spent = boundary_scores(sel, chain, pool, session.hf, i, seed)
+            floor = sel.read_floor(chain, pool) if sel.requires and spent else 0
+            got = (s, fb, spent, floor, time.perf_counter() - start)
+            if key:
+                reads.add(key, *got)
+        s, fb, spent, floor, row["read_seconds"][name] = got
         if sel.requires:  # the policy's reads (a judge's tokens are another model's: its own stats line counts them)
-            row["read_tokens"][name], row["read_floor"][name] = spent, sel.read_floor(chain, pool) if spent else 0
+            row["read_tokens"][name], row["read_floor"][name] = spent, floor
         kept = top_b(s, b)
         row["scores"][name] = [None if math.isnan(x) else x for x in s]
         row["top_b"][name], row["fallback"][name] = kept, fb

@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from bsb.run_storage import appended_lines
 from bsb.seeds import hashed
 
 SEEDINGS = ("per-draw", "offset")  # the first: every run sampled since 2026-12-07
@@ -41,11 +42,7 @@ class CompletionStore:
         self.answers: dict[tuple[str, int, int], str] = {}
         if self.path is None:
             return
-        data = self.path.read_bytes() if self.path.exists() else b""
-        if data and not data.endswith(b"\n"):  # a record cut short by a crash: drop it so appends start on a fresh line
-            data = data[: data.rfind(b"\n") + 1]
-            self.path.write_bytes(data)
-        for n, line in enumerate(data.decode().splitlines(), 1):
+        for n, line in enumerate(appended_lines(self.path), 1):  # a record cut short by a crash is dropped
             try:
                 r = json.loads(line)
                 key = (r["chain"], r["cut"], r["draw"])

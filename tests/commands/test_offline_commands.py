@@ -48,8 +48,18 @@ def test_validate_writes_everything_and_resumes_without_new_completions(model_di
     main(args + ["--b-ratio", "0.5", "--out", str(tmp_path / "ratio")])  # B = half of each chain's boundaries
     ratio_rows = [json.loads(x) for x in (tmp_path / "ratio" / "curves.jsonl").read_text().splitlines()]
     assert [r["b"] for r in ratio_rows] == [max(1, round(0.5 * len(r["cuts"]))) for r in ratio_rows]
+    reads = (out / "reads.jsonl").read_text().splitlines()  # a line a (chain, selector) read, kept as it was done
+    assert len(reads) == sum(len(r["error"]) for r in rows) and all(r["read_seconds"].keys() == r["error"].keys() for r in rows)
+    # a run stopped among its reads (the last line torn) reads again only what it had not kept
+    (out / "reads.jsonl").write_text("\n".join(reads[: len(reads) // 2]) + "\n" + reads[len(reads) // 2][:20])
     main(args)  # rerun: everything is reused
     assert len((out / "completions.jsonl").read_text().splitlines()) == done
+    def read(line):
+        return {k: v for k, v in json.loads(line).items() if k != "seconds"}
+
+    assert sorted(map(str, map(read, (out / "reads.jsonl").read_text().splitlines()))) == sorted(map(str, map(read, reads)))  # each read once, the same
+    again = [json.loads(x) for x in (out / "curves.jsonl").read_text().splitlines()]
+    assert [(r["scores"], r["top_b"], r["read_tokens"]) for r in again] == [(r["scores"], r["top_b"], r["read_tokens"]) for r in rows]
     printed = capsys.readouterr().out
     main(args + ["--bsv-cross-fit"])  # bsv fitted on these very curves, a fold on the other's: nothing sampled
     assert len((out / "completions.jsonl").read_text().splitlines()) == done
@@ -57,11 +67,12 @@ def test_validate_writes_everything_and_resumes_without_new_completions(model_di
     crossed_rows = [json.loads(x) for x in (out / "curves.jsonl").read_text().splitlines()]
     fold = {p: k % 2 for k, p in enumerate(dict.fromkeys(r["prompt"] for r in crossed_rows))}
     moves = {k: {g for r in crossed_rows if fold[r["prompt"]] != k for g in regimes(r["v_star"])} for k in (0, 1)}
+    added = len((out / "reads.jsonl").read_text().splitlines()) - len(reads)  # the other selectors' reads are kept
     if all(moves[k] >= {"surge", "steady", "drop"} for k in (0, 1)):
-        assert all("bsv" in r["error"] for r in crossed_rows) and (out / "bsv_fold1.pt").exists()
+        assert all("bsv" in r["error"] for r in crossed_rows) and (out / "bsv_fold1.pt").exists() and added == len(rows)
         assert "bsv for fold 0: layer" in crossed and "| bsv |" in (out / "table.md").read_text()
     else:  # too few moving chains on this tiny model: said, and bsv left out of the table
-        assert "bsv is not scored: fold" in crossed and all("bsv" not in r["error"] for r in crossed_rows)
+        assert "bsv is not scored: fold" in crossed and all("bsv" not in r["error"] for r in crossed_rows) and added == 0
         assert "bsv (--bsv-cross-fit) is not scored: fold" in (out / "table.md").read_text()  # the table says why
     assert "wrote table.md, curves.jsonl, lag.json" in printed  # what it writes, as it writes it
     live = [r for r in rows if not r["flat"]]
@@ -137,10 +148,12 @@ def test_validate_engine_dtype_is_checked_and_needs_the_vllm_engine(capsys):
 
 def test_validate_samples_with_the_engine_dtype_and_reads_with_the_models(model_dir, tmp_path, monkeypatch):
     """--engine-dtype reaches the rollout engine (a stand-in that records what it was asked for and samples with the
-    HF model); the reads' model keeps --dtype. Where no engine serves (the HF backend chosen), it is an error."""
+    HF model); the reads' model keeps --dtype. The engine is closed once every sample is drawn, before any read (its
+    weights and KV cache would otherwise sit beside the reads: the Qwen code run ended at 16 GB for it). Where no
+    engine serves (the HF backend chosen), it is an error."""
     import bsb.commands.validate as validate
 
-    asked = []
+    asked, calls = [], []
 
     def engine(kind, path, hf, max_len, seed, dtype, log_file):
         asked.append((kind, dtype, hf.model.dtype))
@@ -148,13 +161,21 @@ def test_validate_samples_with_the_engine_dtype_and_reads_with_the_models(model_
 
     class _Sampler:  # not the HF backend object itself: run_validate sees an engine
         def __init__(self, hf):
-            self.generate = hf.generate
+            self.hf = hf
+
+        def generate(self, *a, **kw):
+            calls.append("generate")
+            return self.hf.generate(*a, **kw)
+
+        def close(self):
+            calls.append(("close", (tmp_path / "bf16" / "reads.jsonl").exists()))
 
     monkeypatch.setattr(validate, "make_rollout_backend", engine)
     base = ["validate", model_dir, "--task", "arith", "--n-problems", "2", "--m", "4", "--n-mc", "2", "--b", "1",
             "--max-response", "32", "--selectors", "midpoint"]
     main([*base, "--backend", "vllm", "--engine-dtype", "bfloat16", "--out", str(tmp_path / "bf16")])
     assert asked == [("vllm", torch.bfloat16, torch.float32)]
+    assert calls[-1] == ("close", False) and calls.count("generate") == len(calls) - 1 >= 1  # closed last, before reads
     assert (tmp_path / "bf16" / "table.md").exists()
     monkeypatch.setattr(validate, "make_rollout_backend", lambda kind, path, hf, *a, **kw: hf)  # vLLM not installed
     with pytest.raises(ValueError, match="needs the vLLM engine"):
@@ -178,6 +199,9 @@ def test_validate_engine_batch_tokens_reach_the_engine_with_a_kv_cache_that_hold
     class _Sampler:
         def __init__(self, hf):
             self.generate = hf.generate
+
+        def close(self):
+            pass
 
     monkeypatch.setattr(validate, "make_rollout_backend", engine)
     base = ["validate", model_dir, "--task", "arith", "--n-problems", "2", "--m", "4", "--n-mc", "2", "--b", "1",

@@ -32,7 +32,12 @@ def test_a_qwen_remedy_copies_the_recorded_samples_and_their_settings(tmp_path, 
         (src / f).write_text(json.dumps({"file": f}) + "\n")
     command = qwen.remedy("math", "L4")
     out = tmp_path / command[command.index("--out") + 1]
-    assert out.name == "math_L4" and command[-7:-5] == ["--read-len", "4"] and "--bsv-cross-fit" not in command
+    assert out.name == "math_L4" and command[-6:-4] == ["--read-len", "4"] and "--bsv-cross-fit" not in command
+    # a longer read changes Probe-JS's read alone: Lens-Shift (a whole program through every layer) is not read again
+    assert command[-4:] == ["--selectors", "probe_js", "entropy", "midpoint"]
+    read = {n: qwen.remedy("math", n) for n in ("upper", "suffix")}
+    assert read["upper"][-3:] == ["lens_shift", "entropy", "midpoint"] and "probe_js" not in read["upper"]
+    assert read["suffix"][-4:] == ["probe_js", "lens_shift", "entropy", "midpoint"]  # a suffix shapes both reads
     assert "--engine-dtype" in command and command[command.index("--engine-dtype") + 1] == "bfloat16"
     for f in ("screen.jsonl", "chains.jsonl", "completions.jsonl", "sampling.json"):
         assert (out / f).read_text() == (src / f).read_text(), f
@@ -56,8 +61,9 @@ def test_a_qwen_record_keeps_whole_lines_and_seeds_a_missing_run(tmp_path, monke
     (run / "chains.jsonl").write_text('{"id": "a"}\n')
     one, two = (json.dumps({"chain": "a", "cut": 3, "draw": j}) + "\n" for j in (0, 1))
     (run / "completions.jsonl").write_text(one + two + '{"chain": "a", "cu')  # the run is writing its third
+    (run / "reads.jsonl").write_text('{"key": "k1"}\n{"key": "k')  # and its reads, kept for a resume as well
     (run / "bars.png").write_bytes(b"an earlier figure")
-    assert "completions.jsonl 2; in progress" in qwen.record("code")
+    assert "completions.jsonl 2, reads.jsonl 1; in progress" in qwen.record("code")
     kept = tmp_path / "examples" / "results" / "qwen" / "code"
     assert (kept / "completions.jsonl").read_text() == one + two
     assert (kept / "sampling.json").read_text() == '{"seed": 0}' and not (kept / "bars.png").exists()
@@ -71,6 +77,7 @@ def test_a_qwen_record_keeps_whole_lines_and_seeds_a_missing_run(tmp_path, monke
     assert "seeded runs/qwen/code" in out.err and "(2 completions)" in out.err
     assert out.out.startswith("bsb validate ") and out.out.rstrip().endswith("--out runs/qwen/code")
     assert (run / "completions.jsonl").read_text() == (kept / "completions.jsonl").read_text()
+    assert (run / "reads.jsonl").read_text() == '{"key": "k1"}\n'
     assert (run / "chains.jsonl").exists() and not (run / "bars.png").exists()
     (run / "curves.jsonl").write_text('{"id": "a"}\n')
     (run / "table.md").write_text("| selector |")
