@@ -1,8 +1,7 @@
 """A run folder's files, read and written without torch or the training config (``bsb report``, ``export``,
 ``sweep`` and ``cost`` read them too): every file or folder replaced is written beside its place and swapped in
 (:func:`swap_in`, :func:`write_whole`), so it is whole or absent after any crash; what a crash inside a save left is
-put back or removed when the folder opens (:func:`recover_checkpoint`, :func:`drop_leftovers`), and an
-append-only log's torn last line (:func:`appended_lines`); a checkpoint's files
+put back or removed when the folder opens (:func:`recover_checkpoint`, :func:`drop_leftovers`); a checkpoint's files
 carry CRC-32 checksums (:func:`file_checksums`, :func:`verify_checksums`); the metrics rows (:func:`metric_rows`);
 the kept weights (:func:`weight_steps`, :func:`best_weights`, :func:`weights_folder`); an append-only log's torn last
 line (:func:`appended_lines`). The trainer's side, which writes them, is :class:`bsb.train.run_folder.RunFolder`."""

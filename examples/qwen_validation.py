@@ -19,8 +19,9 @@ The commands name folders under runs/: run them from the repository's root.
     python examples/qwen_validation.py record code          # copy the run into examples/results/qwen/code
 
 The record is what is committed: the sampling settings, the screen, the chains, every completion and every selector
-read done (so a run that spans machines goes on from it: ``command`` seeds a missing runs/ folder from the record), and once the run has
-finished its curves, table and figures (the remedies then rerun from it with nothing sampled again).
+read done (so a run that spans machines goes on from it: ``command`` seeds a missing runs/ folder from the record),
+and once the run has finished its curves, table and figures (the remedies then rerun from it with nothing sampled
+again).
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ lags -2..+2.
 
 Outputs in ``out_dir``: ``chains.jsonl`` (the sampled chains), ``completions.jsonl`` (every finished
 completion), ``curves.jsonl`` (per problem: cuts, V*, every selector's scores, top-B and error: enough to
-re-score new selectors without re-sampling; each selector's read token-forwards too), ``table.md`` (the selectors'
+re-score new selectors without re-sampling; each selector's read token-forwards and seconds too), ``reads.jsonl``
+(each selector's read of each chain, kept as it is done: :mod:`bsb.eval.read_store`), ``table.md`` (the selectors'
 table, the fork contrast, the reads' cost against the chains' sampling and the lag diagnostic), ``lag.json`` (every
 score's lag profile), ``contrast.png`` (the fork contrast by Probe-JS tercile, given three forks it scored); when
 some V* curve is not flat, ``bars.png`` (Figure 3 style), ``lag.png`` and ``case_*.png`` (Figure 1 style). The
@@ -48,8 +49,8 @@ from bsb.engine.selectors import SELECTORS, make_selector
 from bsb.eval.contrast import fork_contrast
 from bsb.eval.figures import contrast_plot
 from bsb.eval.flip_mass import flip_mass
-from bsb.eval.session import OfflineConfig, gold_label, jsonable, judge_client, open_session
 from bsb.eval.read_store import ReadStore
+from bsb.eval.session import OfflineConfig, gold_label, jsonable, judge_client, open_session
 from bsb.eval.validation import curve_row, gold_beliefs, lag_profiles, moving_most, summarize
 from bsb.eval.value_curve import SEEDINGS, CompletionStore, mc_values
 from bsb.fields import MAX_COUNT
@@ -424,10 +425,14 @@ NOT_READS = frozenset(
 )  # fmt: skip
 
 
-def read_options(cfg: ValidateConfig) -> dict:
+def read_options(cfg: ValidateConfig, dtype=None, device=None, scfg=None) -> dict:
     """The settings a kept read depends on (:class:`~bsb.eval.read_store.ReadStore`): every field but those in
-    :data:`NOT_READS`, so that a field added later counts until it is listed there."""
-    return json.loads(json.dumps({k: v for k, v in asdict(cfg).items() if k not in NOT_READS}, default=jsonable))
+    :data:`NOT_READS`, so that a field added later counts until it is listed there, and what ``auto`` options and the
+    task resolved to: the reading model's ``dtype`` and ``device`` type, the selector config's suffix ids and L."""
+    options = {k: v for k, v in asdict(cfg).items() if k not in NOT_READS}
+    resolved = {"suffix": list(scfg.suffix), "read_len": scfg.read_len} if scfg is not None else {}
+    options["resolved"] = {"dtype": str(dtype), "device": str(device), **resolved}
+    return json.loads(json.dumps(options, default=jsonable))
 
 
 def run_validate(cfg: ValidateConfig, console=None) -> dict:
@@ -486,12 +491,14 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     bsv, notes = _cross_fitted_bsv(session, saved, values, scfg, out, console) if cfg.bsv_cross_fit else (None, [])
     from tqdm import tqdm
 
-    reads, options = ReadStore(out / "reads.jsonl"), read_options(cfg)  # each chain's reads kept as they are done
+    hf = session.hf  # each chain's reads kept as they are done
+    options = read_options(cfg, hf.model.dtype, hf.device.type, scfg)
+    kept = ReadStore(out / "reads.jsonl")
     curves = []
     for k, (i, cuts, v) in enumerate(tqdm(values, desc="selector reads", unit="chain", disable=not cfg.progress)):
         scored = selectors if bsv is None else {**selectors, "bsv": bsv[k]}
         resp, b = saved[session.problems[i].id], cfg.chain_b(len(cuts))
-        kw = dict(b=b, n_mc=cfg.n_mc, seed=cfg.seed, reads=reads, read_options=options)
+        kw = dict(b=b, n_mc=cfg.n_mc, seed=cfg.seed, kept=kept, read_options=options)
         curves.append(curve_row(session, i, resp, cuts, v, scored, store, **kw))
     (out / "curves.jsonl").write_text("".join(json.dumps(r, default=jsonable) + "\n" for r in curves))
 
@@ -523,7 +530,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     files = "table.md, curves.jsonl, lag.json" + (", bars.png, lag.png, case_*.png" if summary.live else "")
     files += ", contrast.png" * ("interval_by_js_tercile" in contrast)
     flat = "" if summary.live else "; no figures: every V* curve is flat"
-    console.print(f"wrote {files} in {out} (beside chains.jsonl and completions.jsonl{flat})")
+    console.print(f"wrote {files} in {out} (beside chains.jsonl, completions.jsonl and reads.jsonl{flat})")
     return {
         "mean_error": summary.mean_error,
         "sem": summary.sem,

@@ -48,14 +48,16 @@ def curve_row(
     b: int,
     n_mc: int,
     seed: int,
-    reads: ReadStore | None = None,
+    kept: ReadStore | None = None,
     read_options: dict | None = None,
 ) -> dict:
     """The ``curves.jsonl`` row of problem ``i`` of ``session``: its V* at ``cuts``, the DP floor of ``b`` points, every
     selector's scores, top-B, error and fallback, the seconds its read took, and the answers of the first two
-    completions at each boundary (the fork contrast's siblings, from ``store``). With ``reads``, a read kept there
+    completions at each boundary (the fork contrast's siblings, from ``store``). With ``kept``, a read kept there
     (keyed by ``read_options`` and the chain: :func:`~bsb.eval.read_store.read_key`) is taken as it was, and every
-    other read is kept there as soon as it is done."""
+    other read is kept there as soon as it is done, but for a selector that could not score the chain and read
+    nothing (a judge that did not answer, a chain without a committed answer): free to try again, and maybe
+    passing."""
     p = session.problems[i]
     text = session.decode(response)
     chain = ChainInput(session.prompts[i], response, answer=session.answer_ids(text))
@@ -81,24 +83,24 @@ def curve_row(
         "read_floor": {},  # ... and the fewest they cost on an engine that holds the chain's keys and values
         "read_seconds": {},  # wall seconds each selector's read of this chain took (when it was read)
     }
-    prompt = session.prompts[i]
+    inputs = (session.prompts[i], response, chain.answer, cuts)
     for name, sel in selectors.items():
-        key = None if reads is None else read_key(read_options or {}, sel, name, i, prompt, response, cuts)
-        got = reads.get(key) if key else None
+        key = None if kept is None else read_key(read_options or {}, sel, name, i, inputs)
+        got = kept.get(key, len(cuts)) if key else None
         if got is None:
             start = time.perf_counter()
             s, fb, spent = boundary_scores(sel, chain, pool, session.hf, i, seed)
             floor = sel.read_floor(chain, pool) if sel.requires and spent else 0
             got = (s, fb, spent, floor, time.perf_counter() - start)
-            if key:
-                reads.add(key, *got)
+            if key and not (fb and spent == 0):
+                kept.add(key, *got)
         s, fb, spent, floor, row["read_seconds"][name] = got
         if sel.requires:  # the policy's reads (a judge's tokens are another model's: its own stats line counts them)
             row["read_tokens"][name], row["read_floor"][name] = spent, floor
-        kept = top_b(s, b)
+        top = top_b(s, b)
         row["scores"][name] = [None if math.isnan(x) else x for x in s]
-        row["top_b"][name], row["fallback"][name] = kept, fb
-        row["error"][name] = reconstruction_error(v_star, kept)
+        row["top_b"][name], row["fallback"][name] = top, fb
+        row["error"][name] = reconstruction_error(v_star, top)
     row["siblings"] = [[store.answers.get((p.id, c, j), "") for j in range(min(2, n_mc))] for c in cuts]
     return row
 

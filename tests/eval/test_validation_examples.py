@@ -35,6 +35,7 @@ def test_a_qwen_remedy_copies_the_recorded_samples_and_their_settings(tmp_path, 
     assert out.name == "math_L4" and command[-6:-4] == ["--read-len", "4"] and "--bsv-cross-fit" not in command
     # a longer read changes Probe-JS's read alone: Lens-Shift (a whole program through every layer) is not read again
     assert command[-4:] == ["--selectors", "probe_js", "entropy", "midpoint"]
+    assert qwen.CHANGES.keys() == qwen.REMEDIES.keys()  # every remedy says which belief read it changes
     read = {n: qwen.remedy("math", n) for n in ("upper", "suffix")}
     assert read["upper"][-3:] == ["lens_shift", "entropy", "midpoint"] and "probe_js" not in read["upper"]
     assert read["suffix"][-4:] == ["probe_js", "lens_shift", "entropy", "midpoint"]  # a suffix shapes both reads
