@@ -19,7 +19,7 @@ a clear error naming what is missing. Each capability promises the methods of on
   :class:`TokenStats` (surprisal, margin; the entropy when ``token_entropy``), and ``token_stats_many(pairs)`` for
   several ``(prompt, response)`` pairs in one engine call;
 * ``white_box``, :class:`WhiteBox`: ``model`` (the HF module), ``packed_reads(...)`` (the packed forward) and
-  ``lens_profiles_many(asks, suffix)`` (``asks`` of ``(prefix, cuts, answer)``): Lens-Shift, BSV;
+  ``lens_profiles_many(asks, suffix, layers=None)`` (``asks`` of ``(prefix, cuts, answer)``): Lens-Shift, BSV;
 * ``weight_sync``, :class:`WeightSync`: ``sleep()`` (frees the engine's memory for the update; a GPU engine drops
   its weights, which the sync overwrites anyway), ``load_weights(pairs)`` (``(name, tensor)`` pairs: wakes a sleeping
   engine itself, weights before the KV cache) and ``wake_up()`` (the weights mapped back without a sync): the per-step
@@ -163,7 +163,9 @@ class WhiteBox(Protocol):
 
     def packed_reads(self, prefix, cuts, suffix, answer=None, with_hidden: bool = False): ...
 
-    def lens_profiles_many(self, asks: list, suffix: Sequence[int]) -> list[tuple[torch.Tensor, int]]: ...
+    def lens_profiles_many(
+        self, asks: list, suffix: Sequence[int], layers: Sequence[int] | None = None
+    ) -> list[tuple[torch.Tensor, int]]: ...
 
 
 @runtime_checkable

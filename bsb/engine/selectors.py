@@ -471,19 +471,16 @@ class LensShift(Selector):
             chain, pool = items[k][1], items[k][2]
             prompt = list(chain.prompt)
             asks.append((prompt + list(chain.response), [len(prompt) + t for t in pool.positions], list(chain.answer)))
-        reads = backend.lens_profiles_many(asks, self.config.suffix)
+        layers = self.config.lens_layers  # the lens on those layers alone (most of the read's cost)
+        picked = {} if layers is None else {"layers": list(layers)}
+        reads = backend.lens_profiles_many(asks, self.config.suffix, **picked)
         for k, (profiles, spent), cached in zip(live, reads, cached_tokens(reads)):  # (C, layers) each
             out[k] = (self._readout(profiles).tolist(), spent)
             out.cached[k] = cached
         return out
 
     def _readout(self, profiles: torch.Tensor) -> torch.Tensor:
-        n_layers = profiles.shape[1]
-        if self.config.lens_layers is not None:
-            layers = list(self.config.lens_layers)
-            if not layers or min(layers) < -n_layers or max(layers) >= n_layers:
-                raise ValueError(f"lens_layers must name layers of this {n_layers}-layer model, got {layers}")
-            profiles = profiles[:, layers]
+        """The read-out of (C, layers) profiles, of ``lens_layers`` alone where set (the backend read those)."""
         shape, height, depth = kernels.lens_readouts(profiles, self.config.lens_eps)
         return {"shape": shape, "height": height, "depth": depth}[self.config.lens_readout]
 

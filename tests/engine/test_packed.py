@@ -154,6 +154,13 @@ def test_the_kept_kv_serves_the_backends_reads_until_the_weights_change():
     for (prefix, cuts), (profile, _) in zip(asks, lens):
         torch.testing.assert_close(profile, HFBackend(model).lens_profiles(prefix, cuts, suffix, [7, 8])[0], atol=1e-4, rtol=1e-5)
     assert [n for _, n in lens] == [6, 6, 6, 8 + 6]  # C·(E + n − 1) from the kept KV
+    # the lens on chosen layers alone (the remedy's upper layers): those columns of the whole profile, in that order
+    picked = hf.lens_profiles_many([(*a, [7, 8]) for a in asks], suffix, layers=[-1, 0])
+    for (profile, spent), (part, part_spent) in zip(lens, picked):
+        torch.testing.assert_close(part, profile[:, [-1, 0]], atol=1e-5, rtol=1e-5)
+        assert part_spent == spent
+    with pytest.raises(ValueError, match="lens_layers must name layers of this"):
+        hf.lens_profiles_many([(*asks[0], [7, 8])], suffix, layers=[99])
     # reads build no autograd graph through the trainable unembedding (it kept every logits chunk of a 262k
     # vocabulary, 85 MB a Gemma chain, past the call)
     assert model.lm_head.weight.requires_grad and not any(profile.requires_grad for profile, _ in lens)
