@@ -20,8 +20,8 @@
 #             packings' gradient difference; one checkpointed 8,192-token row's measured peak against the
 #             activation model; the two packings on an OLMo-3 shape whose sliding layers see 512 keys
 # The figures that matter come first (the kernels' rows, then the tree step's), the GPU tests after them. Every stage
-# ends with its processes: whatever is left of its scripts (torchrun's workers start in their own session, beyond
-# timeout's reach) is killed before the next starts. The sm_90a compile report needs no GPU and is not a stage here:
+# ends with its processes: whatever it started that is still running (torchrun's workers start in their own session,
+# beyond timeout's reach) is killed before the next starts. The sm_90a compile report needs no GPU and is not a stage here:
 # `python bench/sm90.py` on any machine writes bench/results/sm90.{md,json}.
 # At most 8 files land in OUTDIR (the GPU machine returns 8). The stage limits, plus 5 s for each stage to unwind
 # after SIGINT, add up to 480 s: the whole check fits in 8 minutes on one H100 or H200.
@@ -39,11 +39,25 @@ GRACE=5     # seconds a stage gets to write what it has after SIGINT, before SIG
 # name and limit (seconds) of every stage, in order
 STAGES=(env:20 kernels:85 warm:30 e2e:80 tests:80 train:90 update:60)
 
+# what a stage left running (a torchrun worker in its own session, a compile worker) ends with it: every process
+# whose environment carries this run's BSB_GPU_CHECK_RUN tag (inherited by everything the stages start), never one
+# that another run or user started, even of the same scripts (matching command lines killed a test's bench/gpu_e2e.py
+# run beside `--smoke`)
+reap() {  # reap TAG
+  local p
+  for p in /proc/[0-9]*; do
+    [ "${p#/proc/}" = "$$" ] && continue
+    grep -qzxF "BSB_GPU_CHECK_RUN=$1" "$p/environ" 2>/dev/null && kill -KILL "${p#/proc/}" 2>/dev/null
+  done
+  return 0
+}
+
 mode=gpu
 case "${1:-}" in
   --dry-run) mode=dry ;;
   --table) mode=table ;;
   --smoke) mode=smoke; shift ;;
+  --reap) reap "${2:?usage: bench/gpu_check.sh --reap TAG}"; exit ;;  # what a stage does as it ends (tested alone)
 esac
 
 total=0
@@ -85,16 +99,13 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export BSB_GPU_CHECK_RUN="$$-$(date +%s%N)"  # this run's tag: what reap ends
 py=${PYTHON:-python3}
 if [ "$mode" = gpu ]; then unset TRITON_INTERPRET; else export TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES=""; fi
 failed=0
 log() { echo "[$(date -u +%T)] $*" | tee -a "$out/stages.log"; }
 limit() { local s; for s in "${STAGES[@]}"; do [ "${s%%:*}" = "$1" ] && echo "${s#*:}"; done; }
 
-reap() {  # what a stage left running (a torchrun worker in its own session, a compile worker) ends with it
-  pkill -KILL -f 'bench/gpu_(e2e|train|warm)\.py|bench/update\.py|pytest (tests/kernels|bench/test_bench)|torch\._inductor\.compile_worker' 2>/dev/null
-  return 0
-}
 
 stage() {  # stage NAME COMMAND...: SIGINT at the limit (Python unwinds and writes what it has), SIGKILL GRACE s later
   local name=$1 lim start rc
@@ -104,7 +115,7 @@ stage() {  # stage NAME COMMAND...: SIGINT at the limit (Python unwinds and writ
   log "stage $name: start (limit $lim s)"
   timeout -s INT -k "$GRACE" "$lim" "$@"
   rc=$?
-  reap
+  reap "$BSB_GPU_CHECK_RUN"
   [ "$rc" -ne 0 ] && failed=$((failed + 1))
   log "stage $name: exit $rc after $((SECONDS - start)) s (limit $lim s)"
 }

@@ -115,3 +115,25 @@ def test_every_stage_runs_at_toy_sizes_on_the_cpu(tmp_path):
     assert len(list(tmp_path.iterdir())) <= 8  # what the GPU machine sends back
     left = subprocess.run(["pgrep", "-f", f"bench/gpu_(e2e|train|warm)\\.py {tmp_path}"], capture_output=True, text=True)
     assert left.returncode == 1, f"the check left its scripts running: {left.stdout}"
+
+
+def test_a_stage_ends_what_it_started_and_nothing_else_of_the_same_name(tmp_path):
+    """Each stage ends with whatever it started (by this run's tag in their environment), never a process of the same
+    script names that another run started: matching command lines once killed a test's bench/gpu_e2e.py run that
+    happened to run beside `gpu_check.sh --smoke` on the other xdist worker."""
+    import time
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)", "bench/gpu_e2e.py"]
+    ours = subprocess.Popen(sleeper, env={**os.environ, "BSB_GPU_CHECK_RUN": "run-1"}, start_new_session=True)
+    other_run = subprocess.Popen(sleeper, env={**os.environ, "BSB_GPU_CHECK_RUN": "run-2"})
+    untagged = subprocess.Popen(sleeper, env={k: v for k, v in os.environ.items() if k != "BSB_GPU_CHECK_RUN"})
+    try:
+        time.sleep(0.5)
+        done = subprocess.run(["bash", str(SCRIPT), "--reap", "run-1"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert ours.wait(10) == -9  # in its own session, as torchrun's workers are: ended all the same
+        assert other_run.poll() is None and untagged.poll() is None
+    finally:
+        for p in (ours, other_run, untagged):
+            p.kill()
+            p.wait()
