@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bsb.fields import help_field, value_problems
+from bsb.tasks.base import hook
 
 LENS_READOUTS = ("shape", "height", "depth")
 MARGIN_WINDOW = (4, 64)  # [TwoStage] §5.6: zero-based token positions searched by min_margin / first_gap
@@ -126,9 +127,11 @@ def resolve(probe: ProbeConfig, task, tokenizer, **extra) -> SelectorConfig:
 
 
 def answer_ids(task, tokenizer, text: str) -> list[int] | None:
-    """The committed answer of a decoded response as token ids (what Lens-Shift teacher-forces), or None."""
+    """The committed answer of a decoded response as token ids (what Lens-Shift teacher-forces: at most the task's
+    ``answer_len`` first tokens), or None."""
     ans = task.answer_span(text)
-    return tokenizer.encode(ans, add_special_tokens=False) or None if ans else None
+    ids = tokenizer.encode(ans, add_special_tokens=False)[: hook(task, "answer_len")] if ans else []
+    return ids or None
 
 
 def answer_tokens(task, tokenizer) -> Callable[[list[int]], list[int] | None]:

@@ -5,7 +5,8 @@ program at every boundary through every layer's lens: minutes a chain for a 0.5B
 stopped there lost every read. A :class:`ReadStore` appends one line a (chain, selector) read to ``reads.jsonl``
 as soon as it is done, keyed by a hash of what the read depends on (:func:`read_key`): the run's options that shape
 reads (with the model's dtype, its device and the elicitation suffix as resolved), the selector and what it carries
-(a BSV direction), the chain's index, prompt, response, committed answer and boundaries, and :data:`READS_VERSION`.
+(a BSV direction), the chain's index, prompt, response and boundaries, its committed answer where the selector reads
+it (Lens-Shift), and :data:`READS_VERSION`.
 A read of other inputs has another key and is read again; nothing is matched by name alone. Not in the key: the
 weights behind a model path (a checkpoint changed in place needs a new ``--out``) and the code of bsb's selectors
 (a change to what a read computes bumps :data:`READS_VERSION`).

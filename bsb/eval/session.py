@@ -15,6 +15,7 @@ from bsb.engine.probe import ProbeConfig, answer_ids, check_against_model, resol
 from bsb.engine.run_options import RunOptions
 from bsb.fields import check_values
 from bsb.fields import help_field as _f
+from bsb.tasks.base import hook
 from bsb.tasks.prompting import PromptConfig
 
 JUDGE = ("judge_url", "judge_model", "judge_endpoint", "judge_key_env", "judge_template", "judge_timeout_s")
@@ -89,8 +90,9 @@ class Session:
 
     def gold_ids(self, problem) -> list[int]:
         """The gold answer as it follows the elicitation suffix, as token ids (the figures' belief in the gold
-        answer)."""
-        return self.tok.encode(self.task.gold_continuation(problem), add_special_tokens=False)
+        answer): at most the task's ``answer_len`` first tokens, as the chain's own committed answer."""
+        ids = self.tok.encode(self.task.gold_continuation(problem), add_special_tokens=False)
+        return ids[: hook(self.task, "answer_len")]
 
     def closing_ids(self, ids: list[int]) -> list[int]:
         """Every token that writes the text of ``ids``' last token and maybe more: how the model may close the gold

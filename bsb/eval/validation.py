@@ -83,8 +83,9 @@ def curve_row(
         "read_floor": {},  # ... and the fewest they cost on an engine that holds the chain's keys and values
         "read_seconds": {},  # wall seconds each selector's read of this chain took (when it was read)
     }
-    inputs = (session.prompts[i], response, chain.answer, cuts)
     for name, sel in selectors.items():
+        answer = chain.answer if getattr(sel, "needs_answer", False) else None  # in the key of what reads it only
+        inputs = (session.prompts[i], response, answer, cuts)
         key = None if kept is None else read_key(read_options or {}, sel, name, i, inputs)
         got = kept.get(key, len(cuts)) if key else None
         if got is None:

@@ -7,7 +7,8 @@ A task owns everything domain-specific, so the layers above it hold none:
 * the prompt format (:meth:`Task.format_prompt`);
 * the probe: the elicitation suffix text after which a belief is read (:attr:`Task.probe_suffix`) and the read
   length L (:attr:`Task.read_len`, 1 for math, 16 for code in the paper);
-* the committed-answer span that Lens-Shift teacher-forces (:meth:`Task.answer_span`);
+* the committed-answer span that Lens-Shift teacher-forces (:meth:`Task.answer_span`), at most
+  :attr:`Task.answer_len` tokens of it where the task sets one (code: the program's first L tokens);
 * the verifier (:meth:`Task.verify`), whose :class:`Verdict` carries the reward, the correctness the trainer
   reports as accuracy, a reason, and the normalised answer that votes and fork contrasts compare.
 
@@ -38,7 +39,7 @@ from typing import Any, ClassVar
 METHODS = ("held_out", "draw", "sample", "format_prompt", "answer_span", "verify", "gold_continuation")
 ATTRIBUTES = ("name", "probe_suffix", "read_len")
 # The optional hooks, with the defaults :class:`Task` gives them (a class that does not subclass Task gets these).
-HOOKS = ("embedded_model", "bsv_examples", "parse_answer", "answer_format")
+HOOKS = ("embedded_model", "bsv_examples", "parse_answer", "answer_format", "answer_len")
 # Verdict reasons meaning the response holds no answer the task can read (counted as ``no_answer_rate``)
 NO_ANSWER_REASONS = frozenset({"no_answer", "no_code"})
 
@@ -98,6 +99,9 @@ class Task(ABC):
     probe_suffix: str = ""  # elicitation suffix text: the probe reads the belief after prefix[:t] + suffix
     read_len: int = 1  # L, probe read positions after the suffix
     embedded_model: ClassVar[str | None] = None  # the embedded default `model: embedded` resolves to (None: arith)
+    # the committed answer Lens-Shift teacher-forces (and the figures' gold answer): its first answer_len tokens
+    # (None: all of it)
+    answer_len: ClassVar[int | None] = None
 
     @abstractmethod
     def held_out(self, n: int) -> list[Problem]:

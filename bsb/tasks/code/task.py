@@ -268,6 +268,10 @@ class CodeTask(SyntheticTask):
     held_out_seed, sample_seed = 10**9 + 7, 7373
     probe_suffix = CODE_SUFFIX
     read_len = 16
+    # [Fork] §3.2: on code "the answer is the opening of the solution program", read L = 16 tokens deep; Lens-Shift
+    # (§3.3) teacher-forces that answer after the same suffix. The whole program instead (about 120 tokens) made its
+    # lens, an unembedding per layer and token, 118 of a HumanEval chain's 147 s of reads on Qwen2.5-Coder-0.5B.
+    answer_len = 16
 
     def __init__(
         self,

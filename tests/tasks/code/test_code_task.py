@@ -112,6 +112,25 @@ def test_the_code_task_is_registered_with_the_papers_probe():
         make_task("code", {"read_len": 0})
 
 
+def test_lens_shift_teacher_forces_the_programs_opening_and_math_its_whole_answer():
+    """[Fork] §3.2: on code the answer is the opening of the solution program (L = 16 tokens); Lens-Shift teacher-forces
+    that, not the whole program. A task that sets no answer_len (math) keeps its whole answer."""
+    from bsb.engine.probe import answer_ids
+    from bsb.tasks.base import hook
+
+    class Chars:  # one token a character
+        def encode(self, text, add_special_tokens=False):
+            return [ord(c) for c in text]
+
+    program = "def f(x):\n    return sorted(set(x))[::-1]\n"
+    ids = answer_ids(make_task("code"), Chars(), f"Here:\n```python\n{program}```")
+    assert ids == [ord(c) for c in program[:16]] and hook(make_task("code"), "answer_len") == 16
+    math = make_task("math")
+    assert hook(math, "answer_len") is None
+    assert answer_ids(math, Chars(), "so \\boxed{123456789012345678}") == [ord(c) for c in "123456789012345678"]
+    assert answer_ids(make_task("code"), Chars(), "no code here") is None
+
+
 def test_extract_code_takes_the_last_fenced_block():
     assert extract_code("think\n```python\nprint(1)\n```\nmore\n```\nprint(2)\n```") == "print(2)"
     assert extract_code("```python\nprint(3)") == "print(3)"  # an unclosed last fence runs to the end
