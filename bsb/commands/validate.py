@@ -444,6 +444,7 @@ def read_options(cfg: ValidateConfig, dtype=None, device=None, scfg=None) -> dic
 
 def run_validate(cfg: ValidateConfig, console=None) -> dict:
     from rich.console import Console
+    from tqdm import tqdm
 
     from bsb.eval import validation_report as report
 
@@ -499,11 +500,8 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         gen.close()
         gc.collect()
     bsv, notes = _cross_fitted_bsv(session, saved, values, scfg, out, console) if cfg.bsv_cross_fit else (None, [])
-    from tqdm import tqdm
-
-    hf = session.hf  # each chain's reads kept as they are done
-    options = read_options(cfg, hf.model.dtype, hf.device.type, scfg)
-    kept = ReadStore(out / "reads.jsonl")
+    kept = ReadStore(out / "reads.jsonl")  # each chain's reads kept as they are done: a rerun reads what is missing
+    options = read_options(cfg, session.model.dtype, session.hf.device.type, scfg)
     curves = []
     for k, (i, cuts, v) in enumerate(tqdm(values, desc="selector reads", unit="chain", disable=not cfg.progress)):
         scored = selectors if bsv is None else {**selectors, "bsv": bsv[k]}
