@@ -269,7 +269,7 @@ class CodeTask(SyntheticTask):
     probe_suffix = CODE_SUFFIX
     read_len = 16
     # [Fork] §3.2: on code "the answer is the opening of the solution program", read L = 16 tokens deep; Lens-Shift
-    # (§3.3) teacher-forces that answer after the same suffix. The whole program instead (about 120 tokens) made its
+    # (§3.3) teacher-forces that answer after the same suffix. The whole program instead (median 188 tokens) made its
     # lens, an unembedding per layer and token, 118 of a HumanEval chain's 147 s of reads on Qwen2.5-Coder-0.5B.
     answer_len = 16
 
