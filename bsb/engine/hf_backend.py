@@ -31,6 +31,7 @@ from bsb.engine.backend import (
     probe_prompts,
     request_seeds,
     stop_ids,
+    token_ids,
 )
 from bsb.engine.device import autocast, compute_device
 from bsb.engine.families import plan
@@ -255,15 +256,22 @@ class HFBackend:
     def sampled_reads(self, prefix, cuts, suffix, read_len: int, seed: int = 0) -> tuple[torch.Tensor, int]:
         """Probe reads with L > 1 (§3.2): after ``prefix[:t] + suffix`` sample ``read_len`` tokens at temperature
         1 and return the raw next-token logits at every read position, (C, L, V), with the token-forwards spent.
-        Position one is the exact L = 1 read; later positions follow that boundary's own sampled tokens."""
+        Position one is the exact L = 1 read; later positions follow that boundary's own sampled tokens.
+        Where the family keeps its keys and values (:attr:`Plan.kept_kv`), the chain is forwarded once and each
+        boundary's row starts from its prefix's keys and values (max(cuts) + C·(E + L − 1) token-forwards); else
+        every row's prefix is forwarded (Σ cuts + C·(E + L − 1)). The same seed samples the same tokens either way."""
         if read_len < 1:
             raise ValueError(f"read_len must be >= 1, got {read_len}")
         prompts = probe_prompts(prefix, cuts, suffix)
         ids, mask, pad = self._left_pad(prompts)
+        cache, forwards = self._prefix_cache(prefix, cuts) if self.plan.kept_kv else (None, 0)
+        if cache is None:
+            forwards = sum(len(p) - len(suffix) for p in prompts)
         with self._seeded(seed), self._autocast():
             out = self.model.generate(
                 input_ids=ids,
                 attention_mask=mask,
+                past_key_values=cache,
                 max_new_tokens=read_len,
                 min_new_tokens=read_len,
                 do_sample=True,
@@ -276,7 +284,33 @@ class HFBackend:
                 synced_gpus=False,  # see generate
             )
         logits = torch.stack(out.logits, 1)  # (C, L, V), before any logits processor
-        return logits, sum(len(p) for p in prompts) + len(prompts) * (read_len - 1)
+        return logits, forwards + len(prompts) * (len(suffix) + read_len - 1)
+
+    def _prefix_cache(self, prefix, cuts) -> tuple[object | None, int]:
+        """The keys and values of ``prefix[:t]`` for each cut t, from one forward of the chain to the last cut, laid out
+        as :meth:`_left_pad` lays out the rows ``prefix[:t] + suffix`` (row i's keys end where its suffix starts; the
+        padding columns are zeros, masked); and the token-forwards spent. (None, 0) where the cache cannot be cut
+        this way (a sliding or recurrent layer keeps less than the whole prefix)."""
+        from transformers import Cache, DynamicCache
+
+        top = max(int(t) for t in cuts)
+        if top == 0:
+            return None, 0
+        ids = torch.as_tensor(token_ids(prefix)[:top], dtype=torch.long, device=self.device)[None]
+        with self._autocast():
+            cache = self.model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+        if not isinstance(cache, Cache) or any(cache.is_sliding):
+            return None, 0
+        layers = []
+        for layer in cache.layers:
+            kv = []
+            for whole in (layer.keys, layer.values):  # (1, heads, top, head_dim)
+                rows = whole.new_zeros(len(cuts), *whole.shape[1:])
+                for i, t in enumerate(cuts):
+                    rows[i, :, top - int(t) :] = whole[0, :, : int(t)]
+                kv.append(rows)
+            layers.append(tuple(kv))
+        return DynamicCache(ddp_cache_data=layers), top
 
     @contextlib.contextmanager
     def _seeded(self, seed: int):

@@ -5,6 +5,7 @@ real config quirks (tests/support/families.py), against transformers' own forwar
   sliding window included;
 * the lens profile = the model's own final norm module and head applied to ``output_hidden_states``;
 * kept-KV reads = the re-forward (where the family keeps a whole-sequence cache);
+* sampled reads (L > 1) from the chain's own keys and values = every row's re-forward, the same tokens sampled;
 * the tree-packed update's loss and every gradient = the per-path update's (where it runs; else the trainer's
   choice of the per-path update);
 * HF generation.
@@ -124,6 +125,27 @@ def test_kept_kv_reads_equal_the_reforward_where_the_family_keeps_its_cache(fami
     for (prefix, cuts), (logits, _) in zip(asks, got):
         want = naive_reads(model, prefix, cuts, suffix)
         torch.testing.assert_close(logits[:, 0], want.read_logits, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", DECLARED)
+def test_sampled_reads_from_the_chains_cache_equal_every_rows_reforward(family):
+    """L > 1 reads start each boundary's row from one forward of the chain where the family keeps a whole-sequence
+    cache, and re-forward every row's prefix otherwise (a sliding or recurrent layer); either way the logits and the
+    tokens the seed samples are the re-forward's, and the token-forwards are what was computed."""
+    model = tiny_model(family)  # with its window: cuts beyond it
+    g = torch.Generator().manual_seed(7)
+    prefix = torch.randint(3, VOCAB, (2 * WINDOW + 9,), generator=g).tolist()
+    cuts, suffix, read_len = [1, WINDOW + 3, 2 * WINDOW + 8, len(prefix)], [5, 6, 7], 4
+    hf = HFBackend(model)
+    got, spent = hf.sampled_reads(prefix, cuts, suffix, read_len, seed=11)
+    ref = HFBackend(model)
+    ref._prefix_cache = lambda *_: (None, 0)  # the rows' own prefixes, forwarded in generate
+    want, want_spent = ref.sampled_reads(prefix, cuts, suffix, read_len, seed=11)
+    assert got.shape == (len(cuts), read_len, VOCAB)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)  # later positions: the same sampled tokens
+    assert want_spent == sum(cuts) + len(cuts) * (len(suffix) + read_len - 1)
+    one_forward = max(cuts) + len(cuts) * (len(suffix) + read_len - 1)
+    assert spent == (one_forward if F.plan(model).kept_kv else want_spent)
 
 
 def _rows(g):
