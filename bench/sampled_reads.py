@@ -2,7 +2,7 @@
 boundary's row re-forwarding its own prefix (the reference: ``generate`` over ``prefix[:t] + suffix``) against the
 chain forwarded once and each row started from its prefix's keys and values (:meth:`HFBackend.sampled_reads`). On
 Qwen2.5-Coder-0.5B-Instruct from the model cache (``make models``) and the recorded HumanEval chains of the Qwen
-validation (examples/results/qwen/code/chains.jsonl), the prompt as plain text, read at their newline boundaries after the code task's suffix,
+validation (examples/results/qwen/code/chains.jsonl), the prompt in the model's chat template, read at their newline boundaries after the code task's suffix,
 in fp32 on the CPU. Both paths must give the same logits (the same seed samples the same tokens): checked per chain.
 
     python bench/sampled_reads.py [--chains 4] [--read-len 16] [--reps 1]
@@ -47,8 +47,9 @@ def main() -> None:
     out = {"reference": [0.0, 0], "one chain forward": [0.0, 0]}
     cut_counts, lengths, worst = [], [], 0.0
     for row in rows:
-        prompt = tok(row["prompt"], add_special_tokens=False)["input_ids"]
-        response = tok(row["response"], add_special_tokens=False)["input_ids"]
+        messages = [{"role": "user", "content": row["prompt"]}]
+        prompt = list(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+        response = row["response"]  # the chain's sampled token ids
         prefix = prompt + response
         cuts = [len(prompt) + i + 1 for i, t in enumerate(response[:-1]) if "\n" in tok.decode([t])]
         cut_counts.append(len(cuts))
