@@ -67,9 +67,9 @@ REMEDIES = {
     },
 }
 # the belief reads each remedy changes (read length and K shape Probe-JS's read alone, the lens layers Lens-Shift's);
-# Entropy and Midpoint rerun beside them as references (one forward a chain). Lens-Shift teacher-forces the whole
-# committed program at every boundary through every layer: about 2.5 minutes a code chain, so it reruns only where
-# its own read changes.
+# Entropy and Midpoint rerun beside them as references (one forward a chain). Probe-JS and Lens-Shift cost seconds to
+# minutes a code chain on the 2-core VM (L = 16 decoding steps; the lens over 16 forced tokens at every layer), so
+# each reruns only where its own read changes.
 CHANGES = {"L4": ["probe_js"], "L1": ["probe_js"], "K5": ["probe_js"], "upper": ["lens_shift"],
            "suffix": ["probe_js", "lens_shift"]}  # fmt: skip
 
