@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -553,6 +554,22 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     }
 
 
+def case_names(ids: list[str]) -> list[str]:
+    """The case plots' file names: ``case_<id>.png`` with every run of characters but letters, digits, ``_``, ``.``
+    and ``-`` made one ``_`` (a problem id is the problem file's to choose: ``HumanEval/5#c0`` or ``../x`` stays one
+    file in the run's folder, linkable from markdown), and ``_2``, ``_3``... after a name already taken."""
+    out, taken = [], set()
+    for i in ids:
+        stem = "case_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", str(i))
+        name, k = f"{stem}.png", 1
+        while name in taken:
+            k += 1
+            name = f"{stem}_{k}.png"
+        taken.add(name)
+        out.append(name)
+    return out
+
+
 def _figures(out: Path, summary, lags: dict, beliefs: dict, session, label: str, title: str, cases: int) -> None:
     """``lag.png``, ``bars.png`` (Figure 3 style) and the ``case_*.png`` (Figure 1 style) of the ``cases`` chains whose
     V* moves most, each with the top-1 forks of Probe-JS and entropy (else the first two selectors)."""
@@ -565,10 +582,11 @@ def _figures(out: Path, summary, lags: dict, beliefs: dict, session, label: str,
     gold = {}
     for p in session.problems:
         gold.setdefault(p.id, p.answer)
-    for r in moving_most(summary.live, cases):
+    rows = moving_most(summary.live, cases)
+    for r, name in zip(rows, case_names([r["id"] for r in rows])):
         js = r["scores"].get("probe_js")
         case_plot(
-            out / f"case_{r['id']}.png",
+            out / name,
             r["cuts"],
             r["v_star"],
             {n: r["cuts"][r["top_b"][n][0]] if r["top_b"][n] else None for n in two},

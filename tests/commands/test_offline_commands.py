@@ -416,3 +416,14 @@ def test_pass_rates_grade_each_problems_own_completions():
     assert prompts == [[10]] * 4 + [[30]] * 4 and len(set(seeds)) == 8 and (cap, temp) == (64, 0.7)
     assert got == {0: sum(s % 2 for s in seeds[:4]), 2: sum(s % 2 for s in seeds[4:])}
     assert in_band(1, 4, (0.2, 0.8)) and not in_band(0, 4, (0.2, 0.8)) and in_band(4, 4, (0.2, 1.0))
+
+
+def test_case_plot_names_stay_in_the_run_folder_and_never_collide():
+    """A problem id is the problem file's to choose: HumanEval's own ids hold a slash, a hostile one climbs out."""
+    from bsb.commands.validate import case_names
+
+    ids = ["HumanEval/5#c0", "../../etc/passwd", "a b", "a#b", "a_b", "a_b_2", "ünïcode", ""]
+    names = case_names(ids)
+    assert names[:3] == ["case_HumanEval_5_c0.png", "case_.._.._etc_passwd.png", "case_a_b.png"]
+    assert len(set(names)) == len(ids)  # a#b and a_b after a b: suffixed, and a_b_2 after them too
+    assert all("/" not in n and "#" not in n and n.startswith("case_") and n.endswith(".png") for n in names)
