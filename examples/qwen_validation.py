@@ -60,6 +60,9 @@ REMEDIES = {
     "L4": {"math": ["--read-len", "4"], "code": ["--read-len", "4"]},
     "L1": {"math": ["--read-len", "1"], "code": ["--read-len", "1"]},
     "K5": {"math": ["--top-k", "5"], "code": ["--top-k", "5"]},
+    # code only: a HumanEval program opens with what the prompt already gave (imports, the signature, the docstring),
+    # so 16 read tokens see little of the body; 64 read past it
+    "L64": {"code": ["--read-len", "64"]},
     "upper": {d: ["--lens-layers", *map(str, range(12, 24))] for d in ("math", "code")},  # the upper 12 of 24
     "suffix": {
         "math": ["--probe-suffix", "Therefore, the final answer is \\boxed{"],
@@ -70,7 +73,7 @@ REMEDIES = {
 # Entropy and Midpoint rerun beside them as references (one forward a chain). Probe-JS and Lens-Shift cost seconds to
 # minutes a code chain on the 2-core VM (L = 16 decoding steps; the lens over 16 forced tokens at every layer), so
 # each reruns only where its own read changes.
-CHANGES = {"L4": ["probe_js"], "L1": ["probe_js"], "K5": ["probe_js"], "upper": ["lens_shift"],
+CHANGES = {"L4": ["probe_js"], "L1": ["probe_js"], "K5": ["probe_js"], "L64": ["probe_js"], "upper": ["lens_shift"],
            "suffix": ["probe_js", "lens_shift"]}  # fmt: skip
 
 
@@ -152,6 +155,8 @@ def remedy(domain: str, name: str) -> list[str]:
     completions; the belief selectors whose read it changes and the two references only."""
     if name not in REMEDIES:
         sys.exit(f"no remedy {name!r}: one of {', '.join(REMEDIES)}")
+    if domain not in REMEDIES[name]:
+        sys.exit(f"remedy {name!r} is for {', '.join(REMEDIES[name])} only, not {domain}")
     command = validate(domain)
     src, out = run_dir(domain), ROOT / f"{command[-1]}_{name}"
     if not (src / "curves.jsonl").exists():

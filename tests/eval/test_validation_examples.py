@@ -45,6 +45,8 @@ def test_a_qwen_remedy_copies_the_recorded_samples_and_their_settings(tmp_path, 
     assert not (out / "curves.jsonl").exists()  # the remedy's own reads write it
     with pytest.raises(SystemExit, match="no remedy"):
         qwen.remedy("math", "L7")
+    with pytest.raises(SystemExit, match="'L64' is for code only, not math"):
+        qwen.remedy("math", "L64")  # a domain's own remedy
 
 
 def test_a_qwen_record_keeps_whole_lines_and_seeds_a_missing_run(tmp_path, monkeypatch, capsys):
