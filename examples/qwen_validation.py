@@ -17,6 +17,7 @@ with other sampling settings is refused).
 The commands name folders under runs/: run them from the repository's root.
 
     python examples/qwen_validation.py record code          # copy the run into examples/results/qwen/code
+                                                            # (and each finished remedy's table.md)
 
 The record is what is committed: the sampling settings, the screen, the chains, every completion and every selector
 read done (so a run that spans machines goes on from it: ``command`` seeds a missing runs/ folder from the record),
@@ -134,9 +135,13 @@ def record(domain: str) -> str:
             _copy_whole_lines(src / f, dst / f)
         elif not finished:
             (dst / f).unlink(missing_ok=True)
+    remedies = [n for n in REMEDIES if (src.with_name(f"{src.name}_{n}") / "table.md").exists()]
+    for name in remedies:  # each finished remedy's table (its reads are the run's chains, read otherwise)
+        _copy_whole_lines(src.with_name(f"{src.name}_{name}") / "table.md", dst / f"remedy_{name}_table.md")
     lines = ", ".join(f"{f} {n}" for f, n in counts.items() if f.endswith(".jsonl"))
     state = "finished" if finished else "in progress"
-    return f"recorded {src.relative_to(ROOT)} in {dst.relative_to(ROOT)} ({lines}; {state})"
+    also = f"; remedies {', '.join(remedies)}" if remedies else ""
+    return f"recorded {src.relative_to(ROOT)} in {dst.relative_to(ROOT)} ({lines}; {state}{also})"
 
 
 def seed(domain: str) -> str | None:

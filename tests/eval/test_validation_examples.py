@@ -85,8 +85,12 @@ def test_a_qwen_record_keeps_whole_lines_and_seeds_a_missing_run(tmp_path, monke
     (run / "curves.jsonl").write_text('{"id": "a"}\n')
     (run / "table.md").write_text("| selector |")
     (run / "bars.png").write_bytes(b"png")
-    assert "; finished" in qwen.record("code")
+    (tmp_path / "runs" / "qwen" / "code_L4").mkdir()
+    (tmp_path / "runs" / "qwen" / "code_L4" / "table.md").write_text("| L4 |")  # a finished remedy
+    (tmp_path / "runs" / "qwen" / "code_K5").mkdir()  # and one still reading
+    assert "; finished; remedies L4)" in qwen.record("code")
     assert (kept / "curves.jsonl").exists() and (kept / "table.md").exists() and (kept / "bars.png").exists()
+    assert (kept / "remedy_L4_table.md").read_text() == "| L4 |" and not (kept / "remedy_K5_table.md").exists()
     for f in run.iterdir():  # a remedy reruns from the finished record when the run folder is gone
         f.unlink()
     command = qwen.remedy("code", "K5")
