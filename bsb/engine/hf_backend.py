@@ -266,7 +266,7 @@ class HFBackend:
         ids, mask, pad = self._left_pad(prompts)
         cache, forwards = self._prefix_cache(prefix, cuts) if self.plan.kept_kv else (None, 0)
         if cache is None:
-            forwards = sum(len(p) - len(suffix) for p in prompts)
+            forwards += sum(len(p) - len(suffix) for p in prompts)
         with self._seeded(seed), self._autocast():
             out = self.model.generate(
                 input_ids=ids,
@@ -289,8 +289,8 @@ class HFBackend:
     def _prefix_cache(self, prefix, cuts) -> tuple[object | None, int]:
         """The keys and values of ``prefix[:t]`` for each cut t, from one forward of the chain to the last cut, laid out
         as :meth:`_left_pad` lays out the rows ``prefix[:t] + suffix`` (row i's keys end where its suffix starts; the
-        padding columns are zeros, masked); and the token-forwards spent. (None, 0) where the cache cannot be cut
-        this way (a sliding or recurrent layer keeps less than the whole prefix)."""
+        padding columns are zeros, masked); and the token-forwards spent. No cache where it cannot be cut this way
+        (a sliding or recurrent layer keeps less than the whole prefix), with the forward spent finding that out."""
         from transformers import Cache, DynamicCache
 
         top = max(int(t) for t in cuts)
@@ -300,7 +300,7 @@ class HFBackend:
         with self._autocast():
             cache = self.model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
         if not isinstance(cache, Cache) or any(cache.is_sliding):
-            return None, 0
+            return None, top
         layers = []
         for layer in cache.layers:
             kv = []

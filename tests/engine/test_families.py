@@ -148,6 +148,21 @@ def test_sampled_reads_from_the_chains_cache_equal_every_rows_reforward(family):
     assert spent == (one_forward if F.plan(model).kept_kv else want_spent)
 
 
+def test_a_cache_that_slides_is_not_cut_and_its_forward_is_counted():
+    """A family declared to keep its cache whose cache turns out to slide (here one forced on): the chain's forward
+    is spent finding that out, and the rows' own prefixes are forwarded after it."""
+    from dataclasses import replace
+
+    model = tiny_model("olmo3")  # sliding layers in its tiny config
+    hf = HFBackend(model)
+    assert not hf.plan.kept_kv
+    ref_logits, ref_spent = hf.sampled_reads(list(range(3, 3 + 2 * WINDOW)), [5, 2 * WINDOW], [4, 5], 3, seed=2)
+    hf.plan = replace(hf.plan, kept_kv=True)
+    logits, spent = hf.sampled_reads(list(range(3, 3 + 2 * WINDOW)), [5, 2 * WINDOW], [4, 5], 3, seed=2)
+    assert spent == 2 * WINDOW + ref_spent
+    torch.testing.assert_close(logits, ref_logits)
+
+
 def _rows(g):
     """One prompt's tree: two fork groups (prefixes of 9 and 0 tokens) of three leaves, longer than the window."""
     prompt = torch.randint(3, VOCAB, (7,), generator=g).tolist()
