@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, replace
@@ -557,10 +558,13 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
 def case_names(ids: list[str]) -> list[str]:
     """The case plots' file names: ``case_<id>.png`` with every run of characters but letters, digits, ``_``, ``.``
     and ``-`` made one ``_`` (a problem id is the problem file's to choose: ``HumanEval/5#c0`` or ``../x`` stays one
-    file in the run's folder, linkable from markdown), and ``_2``, ``_3``... after a name already taken."""
+    file in the run's folder, linkable from markdown), cut to 200 characters and a hash of the id where longer (a file
+    name holds 255 bytes), and ``_2``, ``_3``... after a name already taken."""
     out, taken = [], set()
     for i in ids:
         stem = "case_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", str(i))
+        if len(stem) > 200:
+            stem = f"{stem[:200]}_{hashlib.sha256(str(i).encode()).hexdigest()[:12]}"
         name, k = f"{stem}.png", 1
         while name in taken:
             k += 1

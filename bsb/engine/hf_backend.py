@@ -259,12 +259,21 @@ class HFBackend:
         Position one is the exact L = 1 read; later positions follow that boundary's own sampled tokens.
         Where the family keeps its keys and values (:attr:`Plan.kept_kv`), the chain is forwarded once and each
         boundary's row starts from its prefix's keys and values (max(cuts) + C·(E + L − 1) token-forwards); else
-        every row's prefix is forwarded (Σ cuts + C·(E + L − 1)). The same seed samples the same tokens either way."""
+        every row's prefix is forwarded (Σ cuts + C·(E + L − 1)). The same seed samples the same tokens either way, up
+        to rounding (the prefix's keys come from another batch shape: a near-tie draw may flip, likelier in bf16)."""
         if read_len < 1:
             raise ValueError(f"read_len must be >= 1, got {read_len}")
+        prefix, cuts, suffix = token_ids(prefix), [int(t) for t in cuts], token_ids(suffix)
+        if not cuts or not suffix or min(cuts) < 0 or max(cuts) > len(prefix):
+            raise ValueError(
+                f"sampled reads need cuts in [0, {len(prefix)}] (the prefix's length) and a suffix, got cuts "
+                f"{cuts[:8]}{'...' if len(cuts) > 8 else ''} and a suffix of {len(suffix)} tokens"
+            )
         prompts = probe_prompts(prefix, cuts, suffix)
         ids, mask, pad = self._left_pad(prompts)
-        cache, forwards = self._prefix_cache(prefix, cuts) if self.plan.kept_kv else (None, 0)
+        # a prefilled cache needs generate's own cache on (its cache_implementation would replace ours)
+        own = self.model.generation_config.cache_implementation is None
+        cache, forwards = self._prefix_cache(prefix, cuts) if self.plan.kept_kv and own else (None, 0)
         if cache is None:
             forwards += sum(len(p) - len(suffix) for p in prompts)
         with self._seeded(seed), self._autocast():
@@ -272,6 +281,7 @@ class HFBackend:
                 input_ids=ids,
                 attention_mask=mask,
                 past_key_values=cache,
+                use_cache=True,  # a model's generation_config may turn it off: the steps after the first need it
                 max_new_tokens=read_len,
                 min_new_tokens=read_len,
                 do_sample=True,
@@ -293,24 +303,27 @@ class HFBackend:
         (a sliding or recurrent layer keeps less than the whole prefix), with the forward spent finding that out."""
         from transformers import Cache, DynamicCache
 
-        top = max(int(t) for t in cuts)
+        top = max(cuts)
         if top == 0:
             return None, 0
-        ids = torch.as_tensor(token_ids(prefix)[:top], dtype=torch.long, device=self.device)[None]
+        ids = torch.as_tensor(prefix[:top], dtype=torch.long, device=self.device)[None]
         with self._autocast():
             cache = self.model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
         if not isinstance(cache, Cache) or any(cache.is_sliding):
             return None, top
-        layers = []
-        for layer in cache.layers:
-            kv = []
-            for whole in (layer.keys, layer.values):  # (1, heads, top, head_dim)
-                rows = whole.new_zeros(len(cuts), *whole.shape[1:])
-                for i, t in enumerate(cuts):
-                    rows[i, :, top - int(t) :] = whole[0, :, : int(t)]
-                kv.append(rows)
-            layers.append(tuple(kv))
-        return DynamicCache(ddp_cache_data=layers), top
+
+        def rows(whole: torch.Tensor) -> torch.Tensor:  # (1, heads, top, head_dim) -> (C, heads, top, head_dim)
+            out = whole.new_zeros(len(cuts), *whole.shape[1:])
+            for i, t in enumerate(cuts):
+                out[i, :, top - t :] = whole[0, :, :t]
+            return out
+
+        padded = DynamicCache()
+        for idx, layer in enumerate(cache.layers):  # a layer at a time: one layer's rows held twice at most
+            keys, values = rows(layer.keys), rows(layer.values)
+            layer.keys = layer.values = None
+            padded.update(keys, values, idx)
+        return padded, top
 
     @contextlib.contextmanager
     def _seeded(self, seed: int):

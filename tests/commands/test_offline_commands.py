@@ -427,3 +427,5 @@ def test_case_plot_names_stay_in_the_run_folder_and_never_collide():
     assert names[:3] == ["case_HumanEval_5_c0.png", "case_.._.._etc_passwd.png", "case_a_b.png"]
     assert len(set(names)) == len(ids)  # a#b and a_b after a b: suffixed, and a_b_2 after them too
     assert all("/" not in n and "#" not in n and n.startswith("case_") and n.endswith(".png") for n in names)
+    long = case_names(["x" * 300, "x" * 300 + "y", "x" * 300])  # a file name holds 255 bytes
+    assert all(len(n) < 255 for n in long) and len(set(long)) == 3

@@ -131,3 +131,24 @@ def test_each_request_decodes_to_its_own_budget():
     assert all(len(r) <= b for r, b in zip(capped, [2, 7, 4]))
     with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
         hf.generate(prompts, max_new_tokens=[2, 0, 4])
+
+
+def test_sampled_reads_refuse_bad_cuts_and_hold_under_the_models_generation_config():
+    """Cuts outside the prefix or an empty suffix are one clear error; a generation config with its cache off, or
+    with its own cache implementation, reads what the rows' re-forward reads (the latter by re-forwarding them)."""
+    hf = HFBackend(tiny())
+    prefix, suffix = list(range(3, 40)), [9, 10]
+    for cuts, sfx in (([-1, 5], suffix), ([5, 38], suffix), ([], suffix), ([5], [])):
+        with pytest.raises(ValueError, match="sampled reads need cuts in"):
+            hf.sampled_reads(prefix, cuts, sfx, read_len=2, seed=1)
+    want, spent = hf.sampled_reads(prefix, [0, 5, 37], suffix, read_len=3, seed=1)
+    assert spent == 37 + 3 * (2 + 2)  # the chain once
+    hf.model.generation_config.use_cache = False
+    got, again = hf.sampled_reads(prefix, [0, 5, 37], suffix, read_len=3, seed=1)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+    assert again == spent
+    hf.model.generation_config.use_cache = True
+    hf.model.generation_config.cache_implementation = "static"
+    got, forwarded = hf.sampled_reads(prefix, [0, 5, 37], suffix, read_len=3, seed=1)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+    assert forwarded == 0 + 5 + 37 + 3 * (2 + 2)  # every row's prefix
