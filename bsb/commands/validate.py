@@ -59,6 +59,7 @@ from bsb.eval.contrast import fork_contrast
 from bsb.eval.figures import contrast_plot
 from bsb.eval.flip_mass import flip_mass
 from bsb.eval.read_store import ReadStore
+from bsb.eval.resolution import resolution_line, resolution_warning, step_resolution
 from bsb.eval.session import OfflineConfig, gold_label, jsonable, judge_client, open_session
 from bsb.eval.validation import curve_row, gold_beliefs, lag_profiles, moving_most, summarize
 from bsb.eval.value_curve import SEEDINGS, CompletionStore, mc_values
@@ -516,8 +517,11 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     label = f"embedded default ({session.task.name})" if cfg.model == "embedded" else session.path.name
     b_text = f"B={cfg.b}" if cfg.b_ratio is None else f"B={cfg.b_ratio:g}·m"
     title = report.title(summary, label, b_text, cfg.n_mc, skipped)
-    for warning in report.warnings(summary):
-        console.print(f"[yellow]{warning}[/yellow]")
+    v_stars = [r["v_star"] for r in summary.live]
+    resolution = [step_resolution(v_stars, cfg.n_mc, lag) for lag in (1, 2)] if cfg.n_mc > 1 else []
+    for warning in [*report.warnings(summary), resolution_warning(resolution[0] if resolution else None)]:
+        if warning:
+            console.print(f"[yellow]{warning}[/yellow]")
     console.print(report.rich_table(summary, title))
     console.print(f"oracle floor (best E of any B points): {report.num(summary.floor)}")
     if judge is not None:
@@ -526,12 +530,14 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     console.print(report.contrast_line(contrast))
     if report.read_cost_line(summary):
         console.print(report.read_cost_line(summary))
+    if resolution_line(resolution):
+        console.print(resolution_line(resolution))
     # the lag diagnostic: every score, and the probe belief's own moves, against the value jumps
     beliefs = gold_beliefs(session, summary.live, scfg.suffix)
     lags = lag_profiles(summary.live, beliefs, summary.names, cfg.seed)
     console.print("\n".join(report.lag_rows(lags)))
     (out / "lag.json").write_text(json.dumps(lags, indent=1, default=jsonable) + "\n")
-    (out / "table.md").write_text(report.markdown(summary, title, contrast, lags, notes))
+    (out / "table.md").write_text(report.markdown(summary, title, contrast, lags, notes, resolution_line(resolution)))
     if summary.live:
         _figures(out, summary, lags, beliefs, session, label, title, cfg.case_plots)
     (out / "contrast.png").unlink(missing_ok=True)  # an earlier run's figure is not this one's
@@ -552,6 +558,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         "completions": len(store),
         "b_over_m": summary.b_over_m,
         "lag": lags,
+        "resolution": [asdict(r) for r in resolution if r is not None],
     }
 
 

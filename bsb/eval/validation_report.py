@@ -59,9 +59,12 @@ def rich_table(s: Summary, title_text: str):
     return table.rich_table(COLUMNS, rows, title=title_text)
 
 
-def markdown(s: Summary, title_text: str, contrast: dict, lags: dict, notes: Sequence[str] = ()) -> str:
-    """The whole ``table.md``: the selectors' table with the DP floor, the fork contrast, the lag diagnostic and the
-    run's ``notes`` (a selector asked for and not scored, and why)."""
+def markdown(
+    s: Summary, title_text: str, contrast: dict, lags: dict, notes: Sequence[str] = (), resolution: str = ""
+) -> str:
+    """The whole ``table.md``: the selectors' table with the DP floor, the fork contrast, V*'s ``resolution`` line
+    (:func:`~bsb.eval.resolution.resolution_line`), the lag diagnostic and the run's ``notes`` (a selector asked for
+    and not scored, and why)."""
     rows = []
     for n, r, cells in selector_rows(s):
         mark = MARKS[r] if r is not None else ""
@@ -85,6 +88,7 @@ def markdown(s: Summary, title_text: str, contrast: dict, lags: dict, notes: Seq
         f"over {contrast['pairs']} pairs; disagreement by Probe-JS tercile: " + (tercile or "none"),
         "",
         *([read_cost_line(s), ""] if read_cost_line(s) else []),
+        *([resolution, ""] if resolution else []),
         *lag_rows(lags),
         *(line for note in notes for line in ("", note)),
     ]
