@@ -59,7 +59,14 @@ from bsb.eval.contrast import fork_contrast
 from bsb.eval.figures import contrast_plot
 from bsb.eval.flip_mass import flip_mass
 from bsb.eval.read_store import ReadStore
-from bsb.eval.resolution import resolution_line, resolution_warning, step_resolution
+from bsb.eval.resolution import (
+    resolution_line,
+    resolution_warning,
+    split_half_line,
+    split_half_oracle,
+    split_half_warning,
+    step_resolution,
+)
 from bsb.eval.session import OfflineConfig, gold_label, jsonable, judge_client, open_session
 from bsb.eval.validation import curve_row, gold_beliefs, lag_profiles, moving_most, summarize
 from bsb.eval.value_curve import SEEDINGS, CompletionStore, mc_values
@@ -519,7 +526,9 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     title = report.title(summary, label, b_text, cfg.n_mc, skipped)
     v_stars = [r["v_star"] for r in summary.live]
     resolution = [step_resolution(v_stars, cfg.n_mc, lag) for lag in (1, 2)] if cfg.n_mc > 1 else []
-    for warning in [*report.warnings(summary), resolution_warning(resolution[0] if resolution else None)]:
+    split = split_half_oracle(summary.live, store.done, cfg.n_mc, seed=cfg.seed) if cfg.n_mc > 1 else None
+    warned = [resolution_warning(resolution[0] if resolution else None), split_half_warning(split)]
+    for warning in [*report.warnings(summary), *warned]:
         if warning:
             console.print(f"[yellow]{warning}[/yellow]")
     console.print(report.rich_table(summary, title))
@@ -530,14 +539,15 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     console.print(report.contrast_line(contrast))
     if report.read_cost_line(summary):
         console.print(report.read_cost_line(summary))
-    if resolution_line(resolution):
-        console.print(resolution_line(resolution))
+    measured = "\n".join(line for line in (resolution_line(resolution), split_half_line(split)) if line)
+    if measured:
+        console.print(measured)
     # the lag diagnostic: every score, and the probe belief's own moves, against the value jumps
     beliefs = gold_beliefs(session, summary.live, scfg.suffix)
     lags = lag_profiles(summary.live, beliefs, summary.names, cfg.seed)
     console.print("\n".join(report.lag_rows(lags)))
     (out / "lag.json").write_text(json.dumps(lags, indent=1, default=jsonable) + "\n")
-    (out / "table.md").write_text(report.markdown(summary, title, contrast, lags, notes, resolution_line(resolution)))
+    (out / "table.md").write_text(report.markdown(summary, title, contrast, lags, notes, measured))
     if summary.live:
         _figures(out, summary, lags, beliefs, session, label, title, cfg.case_plots)
     (out / "contrast.png").unlink(missing_ok=True)  # an earlier run's figure is not this one's
@@ -559,6 +569,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
         "b_over_m": summary.b_over_m,
         "lag": lags,
         "resolution": [asdict(r) for r in resolution if r is not None],
+        "split_half": None if split is None else asdict(split),
     }
 
 

@@ -11,13 +11,23 @@ is 1 in expectation when the curves do not move at all and grows with the true s
 squared step is signal. Near 1, a selector's reconstruction error mostly scores how well its points interpolate
 noise (an evenly spaced grid does that best) and no read of the model can point at a step. Noise falls as 1/n, so
 ``n · noise / signal`` draws a boundary would bring the ratio to 2 (half the mean square signal).
+
+The split-half oracle asks the same question of the validation's own metric: each chain's draws are split in two
+halves (draws ``0..h−1`` and ``h..2h−1``, ``h = n // 2``), the B points with the least reconstruction error on one
+half's V* (the DP floor's choice) are scored on the other half's V*, and back, beside Midpoint's points on the same
+half-curves. Only where the oracle of half the draws beats Midpoint on the other half do the curves agree with
+themselves on where they move; where it does not, the measurement cannot reward a selector for finding a pivot, and no
+selector's E can be told from Midpoint's at this N_MC.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from bsb.eval.bootstrap import Interval, cluster_mean
+from bsb.eval.reconstruction import oracle_floor, reconstruction_error
 
 
 @dataclass(frozen=True)
@@ -99,4 +109,81 @@ def resolution_warning(r: Resolution | None, threshold: float = 2.0) -> str:
         f"V*'s steps between neighbouring boundaries are mostly sampling noise (ratio {r.ratio:.2f}: "
         f"{share:.0%} of their mean square is signal at N_MC={r.n_mc}); E then rewards whichever points interpolate "
         f"the noise best (an even grid) and no read can point at a step; {more}"
+    )
+
+
+@dataclass(frozen=True)
+class SplitHalf:
+    """The split-half oracle over ``chains`` non-flat chains, ``half`` draws a side: the mean E of the oracle's points
+    and of Midpoint's on the other half's V*, and their paired difference with its 95% interval over problems."""
+
+    half: int
+    chains: int
+    oracle: float
+    midpoint: float
+    vs_midpoint: Interval
+
+
+def split_half_oracle(
+    rows: Sequence[dict], draws: Mapping[tuple[str, int, int], bool], n_mc: int, seed: int = 0
+) -> SplitHalf | None:
+    """The :class:`SplitHalf` of the ``curves.jsonl`` ``rows`` (each with ``id``, ``prompt``, ``cuts``, ``b`` and
+    Midpoint's ``top_b``) from ``draws``: whether completion ``(chain id, cut, draw)`` was correct (a
+    :class:`~bsb.eval.value_curve.CompletionStore`'s ``done``). None when no row is given or none has Midpoint's points;
+    a draw missing is an error naming it. ``seed``: the bootstrap's."""
+    if isinstance(n_mc, bool) or not isinstance(n_mc, int) or n_mc < 2:
+        raise ValueError(f"n_mc must be an integer >= 2 to split the draws in halves, got {n_mc!r}")
+    h = n_mc // 2
+    diffs, prompts, oracle, mid = [], [], [], []
+    for r in rows:
+        if "midpoint" not in r.get("top_b", {}):
+            continue
+        halves = []
+        for part in (range(h), range(h, 2 * h)):
+            missing = [(c, j) for c in r["cuts"] for j in part if (r["id"], c, j) not in draws]
+            if missing:
+                c, j = missing[0]
+                raise ValueError(f"chain {r['id']!r}: no completion for draw {j} at cut {c}")
+            halves.append([sum(bool(draws[(r["id"], c, j)]) for j in part) / h for c in r["cuts"]])
+        b = min(int(r["b"]), len(r["cuts"]))
+        o = m = 0.0
+        for fit, scored in (halves, halves[::-1]):
+            o += reconstruction_error(scored, oracle_floor(fit, b)[1]) / 2
+            m += reconstruction_error(scored, r["top_b"]["midpoint"]) / 2
+        oracle.append(o)
+        mid.append(m)
+        diffs.append(o - m)
+        prompts.append(r["prompt"])
+    if not diffs:
+        return None
+    interval = cluster_mean(diffs, prompts, seed=seed)
+    return SplitHalf(h, len(diffs), sum(oracle) / len(oracle), sum(mid) / len(mid), interval)
+
+
+def split_half_line(s: SplitHalf | None) -> str:
+    """The table's and the console's sentence on the split-half oracle ("" when it was not measured)."""
+    if s is None:
+        return ""
+    i = s.vs_midpoint
+
+    def drawn(lo: int, hi: int) -> str:
+        return f"draw {lo}" if lo == hi else f"draws {lo}-{hi}"
+
+    return (
+        f"Split-half oracle (can these curves tell a selector from Midpoint?): the best B points for V* of "
+        f"{drawn(0, s.half - 1)}, scored on V* of {drawn(s.half, 2 * s.half - 1)} and back, over {s.chains} chains: "
+        f"E {s.oracle:.3f} "
+        f"against Midpoint's {s.midpoint:.3f} on the same half-curves, {i.diff:+.3f} [{i.low:+.3f}, {i.high:+.3f}] "
+        f"(95% over problems; below 0 beyond the interval: half the draws find where the other half moves)."
+    )
+
+
+def split_half_warning(s: SplitHalf | None) -> str:
+    """A warning when the oracle of half the draws does not beat Midpoint beyond its interval; "" otherwise."""
+    if s is None or s.vs_midpoint.high < 0:
+        return ""
+    return (
+        f"the best B points of half the draws do not beat Midpoint on the other half ({s.vs_midpoint.diff:+.3f} "
+        f"[{s.vs_midpoint.low:+.3f}, {s.vs_midpoint.high:+.3f}]): the curves do not agree with themselves on where "
+        "they move, so no selector can be shown to beat Midpoint at this N_MC"
     )

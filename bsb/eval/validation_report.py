@@ -62,9 +62,9 @@ def rich_table(s: Summary, title_text: str):
 def markdown(
     s: Summary, title_text: str, contrast: dict, lags: dict, notes: Sequence[str] = (), resolution: str = ""
 ) -> str:
-    """The whole ``table.md``: the selectors' table with the DP floor, the fork contrast, V*'s ``resolution`` line
-    (:func:`~bsb.eval.resolution.resolution_line`), the lag diagnostic and the run's ``notes`` (a selector asked for
-    and not scored, and why)."""
+    """The whole ``table.md``: the selectors' table with the DP floor, the fork contrast, the ``resolution`` lines
+    (V*'s steps against their noise and the split-half oracle: :mod:`bsb.eval.resolution`), the lag diagnostic and
+    the run's ``notes`` (a selector asked for and not scored, and why)."""
     rows = []
     for n, r, cells in selector_rows(s):
         mark = MARKS[r] if r is not None else ""

@@ -42,6 +42,8 @@ def test_validate_writes_everything_and_resumes_without_new_completions(model_di
     assert ("B/m=" in table) if live else ("B/m n/a (no non-flat chain)" in table)  # never B/m=nan
     # V*'s steps against their sampling noise, over the non-flat chains (none: no line)
     assert ("V* resolution:" in table and "3-draw estimates" in table) == any(len(r["cuts"]) > 1 for r in live)
+    # ... and the oracle of draw 0 scored on draw 1 and back (N_MC 3: the third left out)
+    assert ("Split-half oracle" in table and "V* of draw 0, scored on V* of draw 1 and back" in table) == bool(live)
     assert all(r["b"] == 2 for r in rows)
     lag = json.loads((out / "lag.json").read_text())
     assert set(lag) >= {"belief", "probe_js", "entropy"} and set(lag["probe_js"]["lags"]) == {"-2", "-1", "0", "1", "2"}

@@ -5,7 +5,14 @@ import math
 import numpy as np
 import pytest
 
-from bsb.eval.resolution import resolution_line, resolution_warning, step_resolution
+from bsb.eval.resolution import (
+    resolution_line,
+    resolution_warning,
+    split_half_line,
+    split_half_oracle,
+    split_half_warning,
+    step_resolution,
+)
 
 
 def test_hand_computed_pairs():
@@ -100,3 +107,85 @@ def test_values_outside_unit_interval(curve):
 def test_nothing_to_pair():
     assert step_resolution([], 4) is None and step_resolution([[0.5], []], 4) is None
     assert step_resolution([[0.5, 0.5]], 4, lag=2) is None
+
+
+def _row(chain, prompt, cuts, b, midpoint):
+    return {"id": chain, "prompt": prompt, "cuts": cuts, "b": b, "top_b": {"midpoint": midpoint, "other": [0]}}
+
+
+def _draws(chain, cuts, per_cut):
+    """``per_cut[k]``: the draws' verdicts at ``cuts[k]``, in draw order."""
+    return {(chain, c, j): bool(x) for c, row in zip(cuts, per_cut) for j, x in enumerate(row)}
+
+
+def test_split_half_oracle_by_hand():
+    # both halves see V* 0 at boundaries 0-6 and 1 at 7-9: the oracle's two points (6, 7) reconstruct either half
+    # exactly; Midpoint's (4, 5) interpolate nothing of the step: E = |0-1|·3 = 3 on each half
+    cuts = list(range(10, 20))
+    draws = _draws("p#c0", cuts, [[0] * 4] * 7 + [[1] * 4] * 3)
+    s = split_half_oracle([_row("p#c0", "p", cuts, 2, [4, 5])], draws, 4)
+    assert (s.half, s.chains, s.oracle, s.midpoint) == (2, 1, 0.0, 3.0)
+    assert (s.vs_midpoint.diff, s.vs_midpoint.low, s.vs_midpoint.high) == (-3.0, -3.0, -3.0)
+    assert "best B points for V* of draws 0-1, scored on V* of draws 2-3 and back, over 1 chains" in split_half_line(s)
+    assert "E 0.000 against Midpoint's 3.000" in split_half_line(s) and split_half_warning(s) == ""
+    # the halves disagree: draws 0-1 step at boundary 2, draws 2-3 at boundary 8 (an odd N_MC leaves the last draw out)
+    per_cut = [[0, 0, 0, 0, 1]] * 2 + [[1, 1, 0, 0, 1]] * 6 + [[1, 1, 1, 1, 0]] * 2
+    s = split_half_oracle([_row("q", "q", cuts, 2, [4, 5])], _draws("q", cuts, per_cut), 5)
+    # E reconstructs the scored half from its own values at the kept points: half A's oracle (1, 2) reads half B as 0
+    # throughout (wrong at 8, 9), half B's (7, 8) reads A as 1 throughout (wrong at 0, 1); Midpoint's (4, 5) is wrong
+    # at the same two boundaries of each half: the oracle of half the draws does no better than Midpoint
+    assert (s.half, s.oracle, s.midpoint, s.vs_midpoint.diff) == (2, 2.0, 2.0, 0.0)
+    assert "do not beat Midpoint on the other half (+0.000 [+0.000, +0.000])" in split_half_warning(s)
+
+
+def test_split_half_swapping_halves_and_clusters():
+    rng = np.random.default_rng(3)
+    rows, draws, swapped = [], {}, {}
+    for k in range(12):
+        cuts = list(range(int(rng.integers(3, 15))))
+        chain = f"p{k // 3}#c{k % 3}"  # three chains a problem
+        true = np.clip(np.linspace(rng.uniform(), rng.uniform(), len(cuts)), 0, 1)
+        for c, p in zip(cuts, true):
+            v = rng.uniform(size=6) < p
+            for j in range(6):
+                draws[(chain, c, j)] = bool(v[j])
+                swapped[(chain, c, (j + 3) % 6)] = bool(v[j])
+        rows.append(_row(chain, f"p{k // 3}", cuts, 2, [len(cuts) // 2]))
+    a, b = split_half_oracle(rows, draws, 6), split_half_oracle(rows, swapped, 6)
+    assert (a.oracle, a.midpoint) == pytest.approx((b.oracle, b.midpoint)) and a.chains == 12
+    assert a.vs_midpoint.diff == pytest.approx(b.vs_midpoint.diff)
+
+
+def test_split_half_sees_real_steps_and_not_noise():
+    """Binomial draws: curves with one large step at a random boundary give an oracle of half the draws that beats
+    Midpoint beyond its interval; curves that do not move give one that does not (it can only fit the noise)."""
+    rng = np.random.default_rng(4)
+
+    def run(base, step):
+        rows, draws = [], {}
+        for k in range(60):
+            cuts = list(range(20))
+            at = int(rng.integers(2, 18))
+            p = [base if j < at else base + step for j in cuts]
+            chain = f"p{k // 2}#c{k % 2}"
+            for c in cuts:
+                for j in range(8):
+                    draws[(chain, c, j)] = bool(rng.uniform() < p[c])
+            rows.append(_row(chain, f"p{k // 2}", cuts, 2, [9, 10]))
+        return split_half_oracle(rows, draws, 8)
+
+    moving, still = run(0.15, 0.7), run(0.5, 0.0)
+    assert moving.vs_midpoint.high < 0 and split_half_warning(moving) == ""
+    assert still.vs_midpoint.high >= 0 and "no selector can be shown to beat Midpoint" in split_half_warning(still)
+
+
+def test_split_half_bad_input():
+    cuts = [1, 2]
+    draws = _draws("c", cuts, [[1, 0], [1, 1]])
+    with pytest.raises(ValueError, match="n_mc must be an integer >= 2"):
+        split_half_oracle([_row("c", "c", cuts, 1, [0])], draws, 1)
+    with pytest.raises(ValueError, match="chain 'c': no completion for draw 2 at cut 1"):
+        split_half_oracle([_row("c", "c", cuts, 1, [0])], draws, 4)
+    assert split_half_oracle([], draws, 2) is None and split_half_line(None) == "" and split_half_warning(None) == ""
+    no_mid = {"id": "c", "prompt": "c", "cuts": cuts, "b": 1, "top_b": {"entropy": [0]}}
+    assert split_half_oracle([no_mid], draws, 2) is None
