@@ -379,6 +379,9 @@ def _value_curves(cfg: ValidateConfig, session, gen, saved: dict, store, seeding
         desc="V* completions",
         disable=not cfg.progress,
     )
+    # an offset-seeded run extended past the draws it began with: those draws keep their offsets, the new ones are
+    # seeded by draw (the offsets would give a new draw its old sibling's seed on the same prefix: a copy)
+    began = 1 + max((j for _, _, j in store.done), default=cfg.n_mc - 1) if seeding == "offset" else None
     values = []
     for i, cuts in todo:
         p, resp = session.problems[i], saved[session.problems[i].id]
@@ -403,6 +406,7 @@ def _value_curves(cfg: ValidateConfig, session, gen, saved: dict, store, seeding
             chain_id=p.id,
             progress=bar.update,
             seeding=seeding,
+            offset_draws=began,
         )
         values.append((i, cuts, v))
     bar.close()

@@ -115,13 +115,16 @@ def resolution_warning(r: Resolution | None, threshold: float = 2.0) -> str:
 @dataclass(frozen=True)
 class SplitHalf:
     """The split-half oracle over ``chains`` non-flat chains, ``half`` draws a side: the mean E of the oracle's points
-    and of Midpoint's on the other half's V*, and their paired difference with its 95% interval over problems."""
+    and of Midpoint's on the other half's V*, and their paired difference with its 95% interval over problems
+    (None, and the means NaN, when no chain could be measured); ``missing``: the chains left out for a draw missing
+    from the completions."""
 
     half: int
     chains: int
     oracle: float
     midpoint: float
-    vs_midpoint: Interval
+    vs_midpoint: Interval | None
+    missing: int = 0
 
 
 def split_half_oracle(
@@ -129,22 +132,21 @@ def split_half_oracle(
 ) -> SplitHalf | None:
     """The :class:`SplitHalf` of the ``curves.jsonl`` ``rows`` (each with ``id``, ``prompt``, ``cuts``, ``b`` and
     Midpoint's ``top_b``) from ``draws``: whether completion ``(chain id, cut, draw)`` was correct (a
-    :class:`~bsb.eval.value_curve.CompletionStore`'s ``done``). None when no row is given or none has Midpoint's points;
-    a draw missing is an error naming it. ``seed``: the bootstrap's."""
+    :class:`~bsb.eval.value_curve.CompletionStore`'s ``done``). None when no row has Midpoint's points; a chain with a
+    draw missing is left out and counted. ``seed``: the bootstrap's."""
     if isinstance(n_mc, bool) or not isinstance(n_mc, int) or n_mc < 2:
         raise ValueError(f"n_mc must be an integer >= 2 to split the draws in halves, got {n_mc!r}")
     h = n_mc // 2
     diffs, prompts, oracle, mid = [], [], [], []
-    for r in rows:
-        if "midpoint" not in r.get("top_b", {}):
+    missing = 0
+    for r in (r for r in rows if "midpoint" in r.get("top_b", {})):
+        if any((r["id"], c, j) not in draws for c in r["cuts"] for j in range(2 * h)):
+            missing += 1
             continue
-        halves = []
-        for part in (range(h), range(h, 2 * h)):
-            missing = [(c, j) for c in r["cuts"] for j in part if (r["id"], c, j) not in draws]
-            if missing:
-                c, j = missing[0]
-                raise ValueError(f"chain {r['id']!r}: no completion for draw {j} at cut {c}")
-            halves.append([sum(bool(draws[(r["id"], c, j)]) for j in part) / h for c in r["cuts"]])
+        halves = [
+            [sum(bool(draws[(r["id"], c, j)]) for j in part) / h for c in r["cuts"]]
+            for part in (range(h), range(h, 2 * h))
+        ]
         b = min(int(r["b"]), len(r["cuts"]))
         o = m = 0.0
         for fit, scored in (halves, halves[::-1]):
@@ -155,15 +157,18 @@ def split_half_oracle(
         diffs.append(o - m)
         prompts.append(r["prompt"])
     if not diffs:
-        return None
+        return SplitHalf(h, 0, math.nan, math.nan, None, missing) if missing else None
     interval = cluster_mean(diffs, prompts, seed=seed)
-    return SplitHalf(h, len(diffs), sum(oracle) / len(oracle), sum(mid) / len(mid), interval)
+    return SplitHalf(h, len(diffs), sum(oracle) / len(oracle), sum(mid) / len(mid), interval, missing)
 
 
 def split_half_line(s: SplitHalf | None) -> str:
     """The table's and the console's sentence on the split-half oracle ("" when it was not measured)."""
     if s is None:
         return ""
+    left = f"; {s.missing} chains left out, a draw missing from the completions" if s.missing else ""
+    if s.vs_midpoint is None:
+        return f"Split-half oracle: not measured ({s.missing} chains, each with a draw missing from the completions)."
     i = s.vs_midpoint
 
     def drawn(lo: int, hi: int) -> str:
@@ -174,13 +179,13 @@ def split_half_line(s: SplitHalf | None) -> str:
         f"{drawn(0, s.half - 1)}, scored on V* of {drawn(s.half, 2 * s.half - 1)} and back, over {s.chains} chains: "
         f"E {s.oracle:.3f} "
         f"against Midpoint's {s.midpoint:.3f} on the same half-curves, {i.diff:+.3f} [{i.low:+.3f}, {i.high:+.3f}] "
-        f"(95% over problems; below 0 beyond the interval: half the draws find where the other half moves)."
+        f"(95% over problems; below 0 beyond the interval: half the draws find where the other half moves{left})."
     )
 
 
 def split_half_warning(s: SplitHalf | None) -> str:
     """A warning when the oracle of half the draws does not beat Midpoint beyond its interval; "" otherwise."""
-    if s is None or s.vs_midpoint.high < 0:
+    if s is None or s.vs_midpoint is None or s.vs_midpoint.high < 0:
         return ""
     return (
         f"the best B points of half the draws do not beat Midpoint on the other half ({s.vs_midpoint.diff:+.3f} "

@@ -108,6 +108,7 @@ def mc_values(
     chain_id: str = "chain",
     progress=None,
     seeding: str = "per-draw",
+    offset_draws: int | None = None,
 ) -> list[float]:
     """V*(t) at each cut (a position in ``response``) from ``n_mc`` completions of ``prompt + response[:t]``.
 
@@ -116,7 +117,9 @@ def mc_values(
     ``seed``: the run's; completion ``(chain_id, cut, draw)`` samples from :func:`draw_seed` of it, so ``chain_id``
     must tell the run's chains apart (``seeding="offset"``: the chain's seed, request ``k`` of the call starting at
     ``start`` in the chain's unfinished completions sampling from ``seed + 7919 start + k``, the seeds of runs sampled
-    before 2026-12-07);
+    before 2026-12-07; ``offset_draws``: how many draws a boundary such a run began with, None for all: a draw past
+    them samples from :func:`draw_seed`, for the offsets of a call extending ``n_mc`` would repeat the first call's
+    seeds on the same prefixes and copy its completions);
     ``progress``: an optional callable taking the number of completions just finished (e.g. a tqdm ``update``).
     """
     if n_mc < 1:
@@ -137,7 +140,7 @@ def mc_values(
             max_new_tokens=[max_response - c for c, _ in part],  # each completion to its own budget
             temperature=temperature,
             top_p=top_p,
-            seed=([draw_seed(seed, chain_id, c, j) for c, j in part] if seeding == "per-draw" else seed + 7919 * start),
+            seed=_seeds(seed, chain_id, part, start, seeding, offset_draws),
             eos_token_id=eos_id,
         )
         rows = []
@@ -149,6 +152,18 @@ def mc_values(
         if progress is not None:
             progress(len(part))
     return [sum(store.done[(chain_id, c, j)] for j in range(n_mc)) / n_mc for c in cuts]
+
+
+def _seeds(seed: int, chain_id: str, part: list, start: int, seeding: str, offset_draws: int | None) -> int | list[int]:
+    """The seeds of one ``generate`` call of :func:`mc_values` over ``part`` (its ``(cut, draw)`` requests): one a
+    draw (``per-draw``), the offset of the call (``offset``, every draw below ``offset_draws``), or one a request
+    where an offset run's call holds draws past them (``seed + 7919 start + k`` below, :func:`draw_seed` past)."""
+    if seeding == "per-draw":
+        return [draw_seed(seed, chain_id, c, j) for c, j in part]
+    base = seed + 7919 * start
+    if offset_draws is None or all(j < offset_draws for _, j in part):
+        return base
+    return [base + k if j < offset_draws else draw_seed(seed, chain_id, c, j) for k, (c, j) in enumerate(part)]
 
 
 def answer_belief(

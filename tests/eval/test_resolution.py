@@ -184,8 +184,16 @@ def test_split_half_bad_input():
     draws = _draws("c", cuts, [[1, 0], [1, 1]])
     with pytest.raises(ValueError, match="n_mc must be an integer >= 2"):
         split_half_oracle([_row("c", "c", cuts, 1, [0])], draws, 1)
-    with pytest.raises(ValueError, match="chain 'c': no completion for draw 2 at cut 1"):
-        split_half_oracle([_row("c", "c", cuts, 1, [0])], draws, 4)
+    # a chain lacking a draw is left out and counted; none left: not measured, said
+    gone = split_half_oracle([_row("c", "c", cuts, 1, [0])], draws, 4)
+    assert (gone.chains, gone.missing, gone.vs_midpoint) == (0, 1, None) and split_half_warning(gone) == ""
+    assert (
+        split_half_line(gone)
+        == "Split-half oracle: not measured (1 chains, each with a draw missing from the completions)."
+    )
+    rows = [_row("c", "c", cuts, 1, [0]), _row("d", "d", cuts, 1, [0])]
+    part = split_half_oracle(rows, {**draws, **_draws("d", cuts, [[1, 0, 1, 1], [0, 1, 1, 1]])}, 4)
+    assert (part.chains, part.missing) == (1, 1) and "; 1 chains left out, a draw missing" in split_half_line(part)
     assert split_half_oracle([], draws, 2) is None and split_half_line(None) == "" and split_half_warning(None) == ""
     no_mid = {"id": "c", "prompt": "c", "cuts": cuts, "b": 1, "top_b": {"entropy": [0]}}
     assert split_half_oracle([no_mid], draws, 2) is None

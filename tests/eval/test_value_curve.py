@@ -119,6 +119,35 @@ def test_offset_seeding_is_the_seeds_of_runs_sampled_before_per_draw():
         mc_values(b, [5], [1, 2], [1], 2, grade, 30, 9, seeding="clock")
 
 
+def test_an_offset_run_extended_past_its_draws_seeds_the_new_ones_by_draw():
+    """An offset-seeded run with 4 draws a boundary, extended to 6: the first extension call's offsets would repeat
+    the first call's seeds on the same prefixes (a copy of each old draw); past ``offset_draws`` each new draw takes
+    its own hashed seed, the unfinished old ones keep their offsets, and a call of old draws alone passes one int."""
+    class Recorder:
+        def __init__(self):
+            self.calls = []
+
+        def generate(self, prompts, max_new_tokens, temperature=1.0, top_p=1.0, seed=0, eos_token_id=None):
+            self.calls.append(seed)
+            return [[1, 9] for _ in prompts]
+
+    store = CompletionStore()
+    first = Recorder()
+    mc_values(first, [5], list(range(10, 30)), [1, 2, 3], 4, grade, 40, 9, seed=14, batch_size=64, store=store,
+              seeding="offset", offset_draws=4)
+    assert first.calls == [14]  # the recorded run: one call, offsets 14..25
+    del store.done[("chain", 3, 3)]  # one old draw unfinished
+    again = Recorder()
+    mc_values(again, [5], list(range(10, 30)), [1, 2, 3], 6, grade, 40, 9, seed=14, batch_size=64, store=store,
+              seeding="offset", offset_draws=4)
+    (seeds,) = again.calls
+    new = [(c, j) for c in (1, 2, 3) for j in (4, 5)]
+    todo = sorted([(3, 3), *new])  # the order mc_values asks in: by cut, then draw
+    assert seeds == [14 + k if (c, j) == (3, 3) else draw_seed(14, "chain", c, j) for k, (c, j) in enumerate(todo)]
+    fresh = [x for x, cj in zip(seeds, todo) if cj != (3, 3)]
+    assert len(set(seeds)) == len(seeds) and not set(fresh) & set(range(14, 14 + 12))  # no old offset for a new draw
+
+
 def test_a_corrupt_store_is_an_error(tmp_path):
     path = tmp_path / "c.jsonl"
     path.write_text("not json\n{}\n")
