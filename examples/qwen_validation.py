@@ -113,6 +113,12 @@ def _completion_keys(path: Path) -> set:
     return {(r["chain"], r["cut"], r["draw"]) for r in map(json.loads, lines)}
 
 
+def _extends(recorded: dict, run: dict) -> bool:
+    """Whether a run's sampling settings are the record's, and maybe more (a key a later bsb adds, such as the draws an
+    offset-seeded run began with)."""
+    return all(k in run and run[k] == v for k, v in recorded.items())
+
+
 def record(domain: str) -> str:
     """Copy the run's sampled files (whole lines only) and, once it has finished, its results into the record. A
     record that the run does not extend (other sampling settings, or completions the run lacks) is an error, not
@@ -121,7 +127,7 @@ def record(domain: str) -> str:
     if not (src / "sampling.json").exists():
         sys.exit(f"no {domain} run in {src} to record")
     was = dst / "sampling.json"
-    if was.exists() and was.read_bytes() != (src / "sampling.json").read_bytes():
+    if was.exists() and not _extends(json.loads(was.read_text()), json.loads((src / "sampling.json").read_text())):
         sys.exit(f"{dst} records a run sampled with other settings than {src}: move one of them first")
     lost = _completion_keys(dst / "completions.jsonl") - _completion_keys(src / "completions.jsonl")
     if lost:

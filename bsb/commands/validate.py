@@ -330,6 +330,22 @@ def _check_sampling(cfg: ValidateConfig, session, engine: str, dtype, out: Path)
     return seeding
 
 
+def _offset_draws(out: Path, store: CompletionStore, n_mc: int) -> int:
+    """How many draws a boundary an offset-seeded run began with, kept in its ``sampling.json`` (``offset_draws``)
+    the first time a run goes on from it: then its store holds nothing but the draws it began with, and a chain's
+    first call covers every draw of its first boundaries (``n_mc`` if it holds none). Draws past them are seeded by
+    draw (:func:`~bsb.eval.value_curve.mc_values`), however often the extension is stopped and resumed."""
+    path = out / "sampling.json"
+    was = json.loads(path.read_text())
+    began = was.get("offset_draws")
+    if began is None:
+        began = 1 + max((j for _, _, j in store.done), default=n_mc - 1)
+        write_whole(path, json.dumps({**was, "offset_draws": began}, indent=1) + "\n")
+    if type(began) is not int or began < 1:
+        raise ValueError(f"{path}: offset_draws {began!r} is not a count of draws")
+    return began
+
+
 def _sample_chains(cfg: ValidateConfig, gen, session, out: Path) -> dict[str, list[int]]:
     """One chain per problem, by problem id: read from ``chains.jsonl`` when a run already sampled it, else sampled and
     appended there (a rerun resumes). Problem ``i`` is sampled with seed ``seed + i`` whichever run samples it, so
@@ -381,7 +397,7 @@ def _value_curves(cfg: ValidateConfig, session, gen, saved: dict, store, seeding
     )
     # an offset-seeded run extended past the draws it began with: those draws keep their offsets, the new ones are
     # seeded by draw (the offsets would give a new draw its old sibling's seed on the same prefix: a copy)
-    began = 1 + max((j for _, _, j in store.done), default=cfg.n_mc - 1) if seeding == "offset" else None
+    began = _offset_draws(Path(cfg.out_dir), store, cfg.n_mc) if seeding == "offset" else None
     values = []
     for i, cuts in todo:
         p, resp = session.problems[i], saved[session.problems[i].id]

@@ -89,8 +89,8 @@ def resolution_line(rows: Sequence[Resolution | None]) -> str:
         for r in rows
     )
     return (
-        f"V* resolution: the mean squared step of V* between boundaries, against what the sampling noise of two "
-        f"{rows[0].n_mc}-draw estimates gives alone (ratio 1: the steps are noise): {cells}."
+        f"V* resolution (over the non-flat chains): the mean squared step of V* between boundaries, against what the "
+        f"sampling noise of two {rows[0].n_mc}-draw estimates gives alone (ratio 1: the steps are noise): {cells}."
     )
 
 
@@ -103,12 +103,13 @@ def resolution_warning(r: Resolution | None, threshold: float = 2.0) -> str:
     more = (
         f"--n-mc {r.n_mc_for_2} would make half of it signal"
         if r.n_mc_for_2 is not None
-        else "no number of draws separates steps that are not there"
+        else "the measured steps show no signal beyond the noise"
     )
     return (
         f"V*'s steps between neighbouring boundaries are mostly sampling noise (ratio {r.ratio:.2f}: "
         f"{share:.0%} of their mean square is signal at N_MC={r.n_mc}); E then rewards whichever points interpolate "
-        f"the noise best (an even grid) and no read can point at a step; {more}"
+        f"the noise best (an even grid), and a read that points at a step is hard to tell from one that does not; "
+        f"{more}"
     )
 
 
@@ -162,13 +163,17 @@ def split_half_oracle(
     return SplitHalf(h, len(diffs), sum(oracle) / len(oracle), sum(mid) / len(mid), interval, missing)
 
 
+def _chains(n: int) -> str:
+    return f"{n} chain" if n == 1 else f"{n} chains"
+
+
 def split_half_line(s: SplitHalf | None) -> str:
     """The table's and the console's sentence on the split-half oracle ("" when it was not measured)."""
     if s is None:
         return ""
-    left = f"; {s.missing} chains left out, a draw missing from the completions" if s.missing else ""
+    left = f"; {_chains(s.missing)} left out, a draw missing from the completions" if s.missing else ""
     if s.vs_midpoint is None:
-        return f"Split-half oracle: not measured ({s.missing} chains, each with a draw missing from the completions)."
+        return f"Split-half oracle: not measured ({_chains(s.missing)}, each with a draw missing from the completions)."
     i = s.vs_midpoint
 
     def drawn(lo: int, hi: int) -> str:
@@ -176,10 +181,10 @@ def split_half_line(s: SplitHalf | None) -> str:
 
     return (
         f"Split-half oracle (can these curves tell a selector from Midpoint?): the best B points for V* of "
-        f"{drawn(0, s.half - 1)}, scored on V* of {drawn(s.half, 2 * s.half - 1)} and back, over {s.chains} chains: "
+        f"{drawn(0, s.half - 1)}, scored on V* of {drawn(s.half, 2 * s.half - 1)} and back, over {_chains(s.chains)}: "
         f"E {s.oracle:.3f} "
         f"against Midpoint's {s.midpoint:.3f} on the same half-curves, {i.diff:+.3f} [{i.low:+.3f}, {i.high:+.3f}] "
-        f"(95% over problems; below 0 beyond the interval: half the draws find where the other half moves{left})."
+        f"(95% over problems; an interval wholly below 0: half the draws find where the other half moves{left})."
     )
 
 
@@ -189,6 +194,6 @@ def split_half_warning(s: SplitHalf | None) -> str:
         return ""
     return (
         f"the best B points of half the draws do not beat Midpoint on the other half ({s.vs_midpoint.diff:+.3f} "
-        f"[{s.vs_midpoint.low:+.3f}, {s.vs_midpoint.high:+.3f}]): the curves do not agree with themselves on where "
-        "they move, so no selector can be shown to beat Midpoint at this N_MC"
+        f"[{s.vs_midpoint.low:+.3f}, {s.vs_midpoint.high:+.3f}]): these curves give no evidence that any placement, "
+        "known or read, beats Midpoint, so a selector's difference from Midpoint here says little about the selector"
     )

@@ -41,7 +41,7 @@ def test_validate_writes_everything_and_resumes_without_new_completions(model_di
     live = [r for r in rows if not r["flat"]]
     assert ("B/m=" in table) if live else ("B/m n/a (no non-flat chain)" in table)  # never B/m=nan
     # V*'s steps against their sampling noise, over the non-flat chains (none: no line)
-    assert ("V* resolution:" in table and "3-draw estimates" in table) == any(len(r["cuts"]) > 1 for r in live)
+    assert ("V* resolution (over the non-flat chains):" in table and "3-draw estimates" in table) == bool(live)
     # ... and the oracle of draw 0 scored on draw 1 and back (N_MC 3: the third left out)
     assert ("Split-half oracle" in table and "V* of draw 0, scored on V* of draw 1 and back" in table) == bool(live)
     assert all(r["b"] == 2 for r in rows)
@@ -130,6 +130,35 @@ def test_validate_ranks_each_fold_by_the_bsv_direction_the_other_fold_fitted(mod
 
     d0, d1 = BSVDirection.load(out / "bsv_fold0.pt"), BSVDirection.load(out / "bsv_fold1.pt")
     assert not (d0.layer == d1.layer and torch.allclose(d0.u_minus, d1.u_minus))
+
+
+def test_validate_measures_the_curves_resolution_and_the_split_half_oracle(model_dir, tmp_path, monkeypatch, capsys):
+    """Chains whose draws fail before the middle boundary and pass from it on: the table and the console give V*'s
+    steps against their noise and the split-half oracle over every chain (its draws all in the store); a chain whose
+    draws are not all kept is left out of the oracle and counted."""
+    import bsb.commands.validate as validate
+
+    def stepped(*args, **kw):
+        cuts, n_mc, store = args[3], args[4], kw["store"]
+        rows = [(kw["chain_id"], c, j, k >= len(cuts) // 2, "", 1) for k, c in enumerate(cuts) for j in range(n_mc)]
+        store.add(rows[:-1] if kw["chain_id"].endswith("0") else rows)  # arith-0's last draw not kept
+        return [float(k >= len(cuts) // 2) for k in range(len(cuts))]
+
+    monkeypatch.setattr(validate, "mc_values", stepped)
+    out = tmp_path / "stepped"
+    main(["validate", model_dir, "--task", "arith", "--n-problems", "4", "--m", "6", "--n-mc", "4", "--b", "2",
+          "--backend", "hf", "--max-response", "64", "--selectors", "midpoint", "--out", str(out)])
+    printed = capsys.readouterr().out
+    rows = [json.loads(x) for x in (out / "curves.jsonl").read_text().splitlines()]
+    live = [r for r in rows if not r["flat"]]
+    assert len(live) >= 2, "the stepped curves move wherever a chain has two boundaries"
+    table = (out / "table.md").read_text()
+    for text in (table, " ".join(printed.split())):
+        assert "V* resolution (over the non-flat chains):" in text and "4-draw estimates" in text
+        assert "ratio n/a: every estimate 0 or 1" in text  # 0/1 curves: no sampling noise estimated
+        lost = sum(r["id"].endswith("0") for r in live)
+        assert f"over {len(live) - lost} chain" in text and (f"{lost} chain left out" in text) == bool(lost)
+    assert "Split-half oracle" in table and "V* of draws 0-1, scored on V* of draws 2-3 and back" in table
 
 
 def test_validate_rejects_token_window_selectors(capsys):

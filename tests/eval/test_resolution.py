@@ -67,12 +67,12 @@ def test_lines_and_warnings():
     r1 = step_resolution([[0.0, 0.5, 1.0]], n_mc=2)
     r2 = step_resolution([[0.0, 0.5, 1.0]], n_mc=2, lag=2)
     line = resolution_line([r1, r2, None])
-    assert line.startswith("V* resolution:") and "2-draw estimates" in line
+    assert line.startswith("V* resolution (over the non-flat chains):") and "2-draw estimates" in line
     assert "1 apart: 0.2500 against 0.2500 (ratio 1.00, 2 pairs)" in line and "2 apart:" in line
     assert resolution_line([None]) == "" and resolution_line([]) == ""
     warn = resolution_warning(r1)
     assert "mostly sampling noise (ratio 1.00: 0% of their mean square is signal at N_MC=2)" in warn
-    assert "no number of draws separates steps that are not there" in warn
+    assert "the measured steps show no signal beyond the noise" in warn
     noisy = step_resolution([[0.25, 0.75, 0.5]], n_mc=4)  # mean square .15625 against .13542: ratio 1.15
     assert 1 < noisy.ratio < 2 and noisy.n_mc_for_2 in (26, 27)  # 4 · .13542 / .02083 = 26.0 (rounding)
     assert f"--n-mc {noisy.n_mc_for_2} would make half of it signal" in resolution_warning(noisy)
@@ -126,7 +126,7 @@ def test_split_half_oracle_by_hand():
     s = split_half_oracle([_row("p#c0", "p", cuts, 2, [4, 5])], draws, 4)
     assert (s.half, s.chains, s.oracle, s.midpoint) == (2, 1, 0.0, 3.0)
     assert (s.vs_midpoint.diff, s.vs_midpoint.low, s.vs_midpoint.high) == (-3.0, -3.0, -3.0)
-    assert "best B points for V* of draws 0-1, scored on V* of draws 2-3 and back, over 1 chains" in split_half_line(s)
+    assert "best B points for V* of draws 0-1, scored on V* of draws 2-3 and back, over 1 chain" in split_half_line(s)
     assert "E 0.000 against Midpoint's 3.000" in split_half_line(s) and split_half_warning(s) == ""
     # the halves disagree: draws 0-1 step at boundary 2, draws 2-3 at boundary 8 (an odd N_MC leaves the last draw out)
     per_cut = [[0, 0, 0, 0, 1]] * 2 + [[1, 1, 0, 0, 1]] * 6 + [[1, 1, 1, 1, 0]] * 2
@@ -176,7 +176,10 @@ def test_split_half_sees_real_steps_and_not_noise():
 
     moving, still = run(0.15, 0.7), run(0.5, 0.0)
     assert moving.vs_midpoint.high < 0 and split_half_warning(moving) == ""
-    assert still.vs_midpoint.high >= 0 and "no selector can be shown to beat Midpoint" in split_half_warning(still)
+    assert (
+        still.vs_midpoint.high >= 0
+        and "give no evidence that any placement, known or read, beats Midpoint" in split_half_warning(still)
+    )
 
 
 def test_split_half_bad_input():
@@ -189,11 +192,11 @@ def test_split_half_bad_input():
     assert (gone.chains, gone.missing, gone.vs_midpoint) == (0, 1, None) and split_half_warning(gone) == ""
     assert (
         split_half_line(gone)
-        == "Split-half oracle: not measured (1 chains, each with a draw missing from the completions)."
+        == "Split-half oracle: not measured (1 chain, each with a draw missing from the completions)."
     )
     rows = [_row("c", "c", cuts, 1, [0]), _row("d", "d", cuts, 1, [0])]
     part = split_half_oracle(rows, {**draws, **_draws("d", cuts, [[1, 0, 1, 1], [0, 1, 1, 1]])}, 4)
-    assert (part.chains, part.missing) == (1, 1) and "; 1 chains left out, a draw missing" in split_half_line(part)
+    assert (part.chains, part.missing) == (1, 1) and "; 1 chain left out, a draw missing" in split_half_line(part)
     assert split_half_oracle([], draws, 2) is None and split_half_line(None) == "" and split_half_warning(None) == ""
     no_mid = {"id": "c", "prompt": "c", "cuts": cuts, "b": 1, "top_b": {"entropy": [0]}}
     assert split_half_oracle([no_mid], draws, 2) is None

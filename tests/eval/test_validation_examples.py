@@ -121,9 +121,10 @@ def test_a_qwen_record_is_never_overwritten_by_a_run_that_does_not_extend_it(tmp
     with pytest.raises(SystemExit, match="sampled with other settings"):
         qwen.record("code")
     assert {f.name: f.read_bytes() for f in kept.iterdir()} == before  # refused: the record as it was
-    (run / "sampling.json").write_text('{"seed": 0}')
+    (run / "sampling.json").write_text('{"seed": 0, "offset_draws": 3}')  # the record's settings and a key bsb adds
     (run / "curves.jsonl").unlink()  # the same run, its results not written yet (a rerun of its end)
     assert "in progress" in qwen.record("code")
+    assert json.loads((kept / "sampling.json").read_text()) == {"seed": 0, "offset_draws": 3}
     assert not (kept / "curves.jsonl").exists() and not (kept / "bars.png").exists()
     assert not list(kept.glob("*.part"))
     for f in run.iterdir():

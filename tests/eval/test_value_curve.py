@@ -195,3 +195,62 @@ def test_a_boxed_answers_closers_include_the_brace_merged_with_what_follows():
     closers = Session.closing_ids(SimpleNamespace(tok=tok), gold)
     merged = tok.encode("4}.", add_special_tokens=False)[-1]
     assert gold[-1] in closers and merged in closers and tok.encode("4", add_special_tokens=False)[0] not in closers
+
+
+def test_an_offset_run_extended_stopped_and_resumed_never_repeats_a_seed_on_a_prefix(tmp_path):
+    """The draws an offset run began with are kept in its sampling.json the first time it goes on (not inferred
+    again from a store that an interrupted extension has grown), so every new draw of every chain, before and after
+    the stop, gets its own seed: no (prefix, seed) pair is sampled twice."""
+    import json
+
+    from bsb.commands.validate import _offset_draws
+
+    class Recorder:
+        def __init__(self):
+            self.asked = []
+
+        def generate(self, prompts, max_new_tokens, temperature=1.0, top_p=1.0, seed=0, eos_token_id=None):
+            seeds = seed if isinstance(seed, list) else [seed + k for k in range(len(prompts))]
+            self.asked += [(len(p), s) for p, s in zip(prompts, seeds)]
+            return [[1, 9] for _ in prompts]
+
+    (tmp_path / "sampling.json").write_text(json.dumps({"seed": 0}))  # recorded before the seeding key
+    store, b = CompletionStore(tmp_path / "completions.jsonl"), Recorder()
+    chains = {"a": 14, "b": 21}  # each chain's offset seed
+
+    def run(n_mc, only=None):
+        began = _offset_draws(tmp_path, store, n_mc)
+        for chain, seed in chains.items():
+            if only is None or chain in only:
+                mc_values(
+                    b,
+                    [5],
+                    list(range(10, 30)),
+                    [1, 2, 3],
+                    n_mc,
+                    grade,
+                    40,
+                    9,
+                    seed=seed,
+                    store=store,
+                    chain_id=chain,
+                    seeding="offset",
+                    offset_draws=began,
+                )
+        return began
+
+    assert run(4) == 4 and json.loads((tmp_path / "sampling.json").read_text())["offset_draws"] == 4
+    assert run(6, only={"a"}) == 4  # the extension stops after chain a
+    assert run(6) == 4  # resumed: chain b's new draws are still past the 4 it began with
+    by_chain = {}
+    for chain, _cut, draw in store.done:
+        by_chain.setdefault(chain, set()).add(draw)
+    assert by_chain == {"a": set(range(6)), "b": set(range(6))}
+    assert len(set(b.asked)) == len(b.asked) == 2 * 3 * 6  # no prefix sampled twice from one seed
+    (tmp_path / "sampling.json").write_text(json.dumps({"seed": 0, "offset_draws": 0}))
+    with pytest.raises(ValueError, match="offset_draws 0 is not a count of draws"):
+        _offset_draws(tmp_path, store, 4)
+    empty = tmp_path / "fresh"
+    empty.mkdir()
+    (empty / "sampling.json").write_text("{}")
+    assert _offset_draws(empty, CompletionStore(), 8) == 8  # nothing sampled yet: the draws it asks for
