@@ -566,7 +566,7 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     if measured:
         console.print(measured)
     # the lag diagnostic: every score, and the probe belief's own moves, against the value jumps
-    beliefs = gold_beliefs(session, summary.live, scfg.suffix)
+    beliefs = gold_beliefs(session, summary.live, scfg.suffix, kept, options)  # kept as the reads are
     lags = lag_profiles(summary.live, beliefs, summary.names, cfg.seed)
     console.print("\n".join(report.lag_rows(lags)))
     (out / "lag.json").write_text(json.dumps(lags, indent=1, default=jsonable) + "\n")

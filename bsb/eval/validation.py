@@ -177,18 +177,35 @@ def _vs_midpoint(live: list[dict], name: str) -> Interval:
     return cluster_mean(d, [r["prompt"] for r in live])
 
 
-def gold_beliefs(session, live: list[dict], suffix) -> dict[str, list[float]]:
-    """By row id: the probe's belief in the gold answer (as the task continues ``suffix`` with it) at each cut."""
+def gold_beliefs(
+    session, live: list[dict], suffix, kept: ReadStore | None = None, read_options: dict | None = None
+) -> dict[str, list[float]]:
+    """By row id: the probe's belief in the gold answer (as the task continues ``suffix`` with it) at each cut. With
+    ``kept``, each chain's beliefs are kept there as a read named ``gold_belief`` (keyed by ``read_options``, the
+    chain, the gold answer's ids and the tokens that may close it), so that a rerun of a finished run reads none
+    again."""
     first = {}
     for i, p in enumerate(session.problems):
         first.setdefault(p.id, i)
     out = {}
     for r in live:
-        gold = session.gold_ids(session.problems[first[r["id"]]])
-        prompt = session.prompts[first[r["id"]]]
-        out[r["id"]] = answer_belief(
-            session.hf, prompt, r["response"], r["cuts"], suffix, gold, session.closing_ids(gold)
+        i = first[r["id"]]
+        gold, prompt = session.gold_ids(session.problems[i]), session.prompts[i]
+        closers = session.closing_ids(gold)
+        answer = [*gold, -1, *sorted(closers or ())]  # what the read depends on beyond the chain (-1: a separator)
+        key = (
+            None
+            if kept is None
+            else read_key(read_options or {}, None, "gold_belief", i, (prompt, r["response"], answer, r["cuts"]))
         )
+        got = kept.get(key, len(r["cuts"])) if key else None
+        if got is None:
+            start = time.perf_counter()
+            beliefs = answer_belief(session.hf, prompt, r["response"], r["cuts"], suffix, gold, closers)
+            if key:
+                kept.add(key, beliefs, False, 0, 0, time.perf_counter() - start)
+            got = (beliefs,)
+        out[r["id"]] = list(got[0])
     return out
 
 

@@ -159,6 +159,16 @@ def test_validate_measures_the_curves_resolution_and_the_split_half_oracle(model
         lost = sum(r["id"].endswith("0") for r in live)
         assert f"over {len(live) - lost} chain" in text and (f"{lost} chain left out" in text) == bool(lost)
     assert "Split-half oracle" in table and "V* of draws 0-1, scored on V* of draws 2-3 and back" in table
+    # the lag diagnostic's gold beliefs are kept beside the reads (one line a non-flat chain): a rerun reads none again
+    reads = (out / "reads.jsonl").read_text().splitlines()
+    assert len(reads) == len(rows) + len(live)  # Midpoint's read of every chain, the gold belief of each moving one
+
+    def no_more(*args, **kw):
+        raise AssertionError("a kept gold belief was read again")
+
+    import bsb.eval.validation as validation
+
+    monkeypatch.setattr(validation, "answer_belief", no_more)
     main(["validate", model_dir, "--task", "arith", "--n-problems", "4", "--m", "6", "--n-mc", "4", "--b", "2",
           "--backend", "hf", "--max-response", "64", "--selectors", "entropy", "--out", str(out)])  # no Midpoint
     assert "Split-half oracle: not measured (it holds the oracle against Midpoint's points: add midpoint to " \
