@@ -69,13 +69,17 @@ REMEDIES = {
         "math": ["--probe-suffix", "Therefore, the final answer is \\boxed{"],
         "code": ["--probe-suffix", "\nHere is the complete program:\n```python\n"],
     },
+    # not a read: the metric's B. At B/m = 0.08 a chain under 19 boundaries keeps B = 1, one point, and a constant
+    # reconstruction rewards the boundary at the curve's median value, never a fork before a jump; B = 2 makes a
+    # pivot count. Every read is the recorded run's (B is not in a read's key), so nothing is read again.
+    "B2": {d: ["--b", "2"] for d in ("math", "code")},
 }
 # the belief reads each remedy changes (read length and K shape Probe-JS's read alone, the lens layers Lens-Shift's);
 # Entropy and Midpoint rerun beside them as references (one forward a chain). Probe-JS and Lens-Shift cost seconds to
 # minutes a code chain on the 2-core VM (L = 16 decoding steps; the lens over 16 forced tokens at every layer), so
 # each reruns only where its own read changes.
 CHANGES = {"L4": ["probe_js"], "L1": ["probe_js"], "K5": ["probe_js"], "L64": ["probe_js"], "upper": ["lens_shift"],
-           "suffix": ["probe_js", "lens_shift"]}  # fmt: skip
+           "suffix": ["probe_js", "lens_shift"], "B2": []}  # fmt: skip  (none: every selector, every read kept)
 
 
 def validate(domain: str) -> list[str]:
@@ -163,7 +167,8 @@ def seed(domain: str) -> str | None:
 
 def remedy(domain: str, name: str) -> list[str]:
     """The validate command of remedy ``name``, its out dir seeded with the recorded run's screen, chains and
-    completions; the belief selectors whose read it changes and the two references only."""
+    completions; the belief selectors whose read it changes and the two references only, or (a setting of the metric,
+    ``B2``) every selector with every read the run kept."""
     if name not in REMEDIES:
         sys.exit(f"no remedy {name!r}: one of {', '.join(REMEDIES)}")
     if domain not in REMEDIES[name]:
@@ -175,9 +180,15 @@ def remedy(domain: str, name: str) -> list[str]:
     if not (src / "curves.jsonl").exists():
         sys.exit(f"no finished {domain} run in {run_dir(domain)} or {src}: run its `command` first")
     out.mkdir(parents=True, exist_ok=True)
-    for f in ("screen.jsonl", "chains.jsonl", "completions.jsonl", "sampling.json"):  # what it was sampled with too
-        if not (out / f).exists() and (f != "sampling.json" or (src / f).exists()):
+    metric = not CHANGES[name]  # a setting of the metric alone: the run's reads serve it as they are
+    wanted = ("screen.jsonl", "chains.jsonl", "completions.jsonl", "sampling.json", *(("reads.jsonl",) * metric))
+    for f in wanted:  # what it was sampled with too
+        if not (out / f).exists() and (f not in ("sampling.json", "reads.jsonl") or (src / f).exists()):
             shutil.copy(src / f, out / f)
+    if metric:
+        at = command.index("--b-ratio")
+        del command[at : at + 2]
+        return command[:-1] + [str(out.relative_to(ROOT))] + REMEDIES[name][domain]
     command.remove("--bsv-cross-fit")
     selectors = ["--selectors", *CHANGES[name], "entropy", "midpoint"]
     return command[:-1] + [str(out.relative_to(ROOT))] + REMEDIES[name][domain] + selectors

@@ -109,12 +109,21 @@ def read_cost_line(s: Summary) -> str:
 
 
 def warnings(s: Summary) -> list[str]:
-    """Why the selectors may not separate on these chains: B keeps every boundary of some, or most of each."""
+    """Why the selectors may not separate on these chains: B keeps every boundary of some, most of each, or one of
+    most (a constant)."""
     out = []
     if s.whole:
         out.append(
             f"B keeps every boundary of {s.whole} of {len(s.live)} non-flat chains: any selector that "
             "ranks them all scores E=0 there; a smaller --b separates the selectors"
+        )
+    single = sum(r["b"] == 1 and len(r["cuts"]) > 1 for r in s.live)
+    if single and 2 * single >= len(s.live):
+        out.append(
+            f"B = 1 on {single} of {len(s.live)} non-flat chains: one kept point reconstructs a constant, so E "
+            "rewards the boundary whose V* is nearest the curve's median, not a fork before its largest jump (on a "
+            "curve that drifts, Midpoint's middle is near that median); --b 2, or a --b-ratio that keeps two, makes a "
+            "pivot count"
         )
     if s.b_over_m > 0.2:
         out.append(

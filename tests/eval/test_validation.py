@@ -97,3 +97,19 @@ def test_the_flip_mass_of_a_fork_is_the_jump_its_boundary_re_rolls():
     cuts, v = [0, 4, 8], [0.0, 1.0, 0.25]
     assert flip_mass(v, [0, 1, 2]) == 1.75 and flip_mass(v, [2]) == 0.0
     assert at_fork(cuts, v, 5) == 0.75 and at_fork(cuts, v, 0) == 1.0 and at_fork(cuts, v, None) == 0.0
+
+
+def test_b_one_on_most_chains_is_warned_a_constant_rewards_the_median_not_the_pivot():
+    """With one kept point V-hat is a constant: on a 0 -> 1 step the point just before the jump (value 0) costs every
+    boundary after it, the same as any other point on its side; E is least at the curve's median value."""
+    step = [0.0] * 6 + [1.0] * 3
+    from bsb.eval.reconstruction import oracle_floor, reconstruction_error
+
+    before_jump, middle = reconstruction_error(step, [5]), reconstruction_error(step, [4])
+    assert before_jump == middle == 3.0 and oracle_floor(step, 1)[0] == 3.0  # the pivot earns nothing at B = 1
+    assert reconstruction_error(step, [5, 6]) == 0.0  # at B = 2 it is all that counts
+    rows = [_row("a", step, {"x": (3, [5])}), _row("b", [0.0, 1.0, 1.0], {"x": (0, [1])})]
+    text = " ".join(report.warnings(summarize(rows, ["x"])))
+    assert "B = 1 on 2 of 2 non-flat chains: one kept point reconstructs a constant" in text
+    rows[0]["b"] = rows[1]["b"] = 2
+    assert "B = 1 on" not in " ".join(report.warnings(summarize(rows, ["x"])))

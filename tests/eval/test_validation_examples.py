@@ -43,6 +43,12 @@ def test_a_qwen_remedy_copies_the_recorded_samples_and_their_settings(tmp_path, 
     for f in ("screen.jsonl", "chains.jsonl", "completions.jsonl", "sampling.json"):
         assert (out / f).read_text() == (src / f).read_text(), f
     assert not (out / "curves.jsonl").exists()  # the remedy's own reads write it
+    # B = 2 is the metric's setting: every selector (BSV cross-fitted as in the run), every read kept, no B/m
+    (src / "reads.jsonl").write_text('{"key": "k"}\n')
+    b2 = qwen.remedy("math", "B2")
+    assert b2[-2:] == ["--b", "2"] and "--b-ratio" not in b2 and "--selectors" not in b2 and "--bsv-cross-fit" in b2
+    assert (tmp_path / b2[b2.index("--out") + 1] / "reads.jsonl").read_text() == '{"key": "k"}\n'
+    assert not (out / "reads.jsonl").exists()  # a read remedy reads its own
     with pytest.raises(SystemExit, match="no remedy"):
         qwen.remedy("math", "L7")
     with pytest.raises(SystemExit, match="'L64' is for code only, not math"):
