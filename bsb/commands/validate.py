@@ -559,9 +559,10 @@ def run_validate(cfg: ValidateConfig, console=None) -> dict:
     console.print(report.contrast_line(contrast))
     if report.read_cost_line(summary):
         console.print(report.read_cost_line(summary))
-    unsplit = "midpoint" not in names and summary.live and cfg.n_mc > 1  # what the oracle is held against: said
-    split_text = "Split-half oracle: not measured (it holds the oracle against Midpoint's points: add midpoint to "
-    split_text = split_text + "--selectors)." if unsplit else split_half_line(split)
+    split_text = split_half_line(split)
+    if "midpoint" not in names and summary.live and cfg.n_mc > 1:  # what the oracle is held against: said
+        split_text = "Split-half oracle: not measured (it holds the oracle against Midpoint's points: add midpoint to "
+        split_text += "--selectors)."
     measured = "\n".join(line for line in (resolution_line(resolution), split_text) if line)
     if measured:
         console.print(measured)
